@@ -1,0 +1,93 @@
+"""Transformer blocks — chapter 6: the position-wise FFN, Add & Norm, encoder and decoder blocks.
+
+Post-norm (the notes' and Vaswani et al.'s ``LayerNorm(x + Sublayer(x))``) is the default;
+``norm_first=True`` gives pre-norm, ``x + Sublayer(LayerNorm(x))``.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from .attention import MultiHeadAttention
+
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+
+
+def add_norm(x, sublayer, norm, drop, norm_first=False):
+    """Residual connection and LayerNorm around ``sublayer`` — chapter 6, eq. (6.2)–(6.3).
+
+    Post-norm: LayerNorm(x + Sublayer(x)).  Pre-norm (``norm_first``): x + Sublayer(LayerNorm(x)).
+    """
+    if norm_first:
+        return x + drop(sublayer(norm(x)))
+    return norm(x + drop(sublayer(x)))
+
+
+class FeedForward(nn.Module):
+    """m_i = W_2 ReLU(W_1 o_i + b_1) + b_2, the same for every position — chapter 3, eq. (3.7).
+
+    x ``(B, T, d_model)`` → ``(B, T, d_model)``; hidden size ``d_ff``.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.act = ACTIVATIONS[activation]()
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.linear2(self.dropout(self.act(self.linear1(x))))
+
+
+class EncoderBlock(nn.Module):
+    """Self-attention (no causal mask) + FFN, each wrapped in Add & Norm — chapter 6, eq. (6.4).
+
+    ``forward(x, mask=None)``: x ``(B, T, d_model)``; mask bool, True = may attend (a padding
+    mask from ``attention_mask``).  Returns ``(B, T, d_model)``.
+    """
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False, activation="relu",
+                 attention_cls=MultiHeadAttention):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = attention_cls(d_model, n_heads, dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout, activation)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        x = add_norm(x, lambda h: self.self_attn(h, mask=mask), self.norm1, self.drop1, self.norm_first)
+        return add_norm(x, self.ff, self.norm2, self.drop2, self.norm_first)
+
+
+class DecoderBlock(nn.Module):
+    """Masked self-attention, cross-attention over the encoder's output, FFN; each in Add & Norm — chapter 6.
+
+    ``forward(x, memory=None, self_mask=None, memory_mask=None)``: x ``(B, Tq, d)``, memory ``(B, Tk, d)``.
+    ``self_mask`` is usually ``causal_mask(Tq)`` (combined with padding); ``memory_mask`` hides padded
+    source positions.  With ``cross_attention=False`` the block is a decoder-only (GPT-style) block and
+    ``memory`` must be None.  Returns ``(B, Tq, d)``.
+    """
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False, activation="relu",
+                 cross_attention=True, attention_cls=MultiHeadAttention):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = attention_cls(d_model, n_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout) if cross_attention else None
+        self.ff = FeedForward(d_model, d_ff, dropout, activation)
+        self.norm1, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model) if cross_attention else None
+        self.drop1, self.drop2, self.drop3 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x, memory=None, self_mask=None, memory_mask=None):
+        if (memory is None) != (self.cross_attn is None):
+            raise ValueError("memory must be given exactly when the block has cross-attention "
+                             f"(cross_attention={self.cross_attn is not None}, memory given: {memory is not None})")
+        x = add_norm(x, lambda h: self.self_attn(h, mask=self_mask), self.norm1, self.drop1, self.norm_first)
+        if memory is not None:
+            x = add_norm(x, lambda h: self.cross_attn(h, context=memory, mask=memory_mask),
+                         self.norm2, self.drop2, self.norm_first)
+        return add_norm(x, self.ff, self.norm3, self.drop3, self.norm_first)

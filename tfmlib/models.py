@@ -1,0 +1,206 @@
+"""Whole models: the RNN encoder-decoder (chapters 1–2), the encoder-decoder Transformer and the
+decoder-only language model (chapter 6; chapter 5 swaps its position scheme).
+
+Token id conventions come from ``tfmlib.data``: PAD = 0, BOS = 1, EOS = 2.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import MultiHeadAttention, attention_mask, causal_mask, scaled_dot_product_attention
+from .blocks import DecoderBlock, EncoderBlock
+from .positions import (ALiBiMultiHeadAttention, LearnedPositions, RelativeMultiHeadAttention,
+                        RotaryMultiHeadAttention, SinusoidalPositions)
+
+PAD_ID = 0
+
+POSITION_SCHEMES = ("none", "sinusoidal", "learned", "relative", "rope", "alibi")
+
+
+def record_attention(model: nn.Module, on: bool = True) -> None:
+    """Make every MultiHeadAttention in ``model`` keep its last weights in ``.last_weights``."""
+    for m in model.modules():
+        if isinstance(m, MultiHeadAttention):
+            m.store_weights = on
+
+
+def _position_parts(pos: str, d_model: int, max_len: int, max_rel: int):
+    """(module adding absolute positions or None, attention class) for a position scheme — chapter 5."""
+    if pos not in POSITION_SCHEMES:
+        raise ValueError(f"pos must be one of {POSITION_SCHEMES}, got {pos!r}")
+    absolute = {"sinusoidal": lambda: SinusoidalPositions(d_model, max(max_len, 4096)),
+                "learned": lambda: LearnedPositions(d_model, max_len)}.get(pos, lambda: None)()
+    attention_cls = {"rope": RotaryMultiHeadAttention, "alibi": ALiBiMultiHeadAttention,
+                     "relative": lambda d, h, p: RelativeMultiHeadAttention(d, h, p, max_rel=max_rel),
+                     }.get(pos, MultiHeadAttention)
+    return absolute, attention_cls
+
+
+class RNNSeq2Seq(nn.Module):
+    """GRU (or LSTM) encoder-decoder, with or without Luong dot-product attention — chapters 1–2.
+
+    Without attention the decoder sees the source only through the encoder's final state (the
+    bottleneck).  With attention, decoder state s_t scores every encoder state h_j by s_t·h_j,
+    the softmax weights average the h_j into c_t, and the output is W_o tanh(W_c [s_t; c_t]).
+    ``forward(src, tgt_in)``: src ``(B, S)``, tgt_in ``(B, T)`` (BOS-prefixed) → logits ``(B, T, V)``.
+    """
+
+    def __init__(self, src_vocab, tgt_vocab, emb=32, hidden=64, attention=True, cell="gru"):
+        super().__init__()
+        rnn = {"gru": nn.GRU, "lstm": nn.LSTM}[cell]
+        self.attention = attention
+        self.src_emb, self.tgt_emb = nn.Embedding(src_vocab, emb), nn.Embedding(tgt_vocab, emb)
+        self.encoder = rnn(emb, hidden, batch_first=True)
+        self.decoder = rnn(emb, hidden, batch_first=True)
+        self.combine = nn.Linear(2 * hidden, hidden) if attention else None
+        self.out = nn.Linear(hidden, tgt_vocab)
+        self.last_weights = None
+
+    def encode(self, src):
+        """src ``(B, S)`` → encoder states ``(B, S, H)`` and the final state the decoder starts from."""
+        return self.encoder(self.src_emb(src))
+
+    def decode(self, tgt_in, states, enc_final, src_mask):
+        """Run the decoder over ``tgt_in`` ``(B, T)``; returns logits ``(B, T, V)`` and the new final state."""
+        s, final = self.decoder(self.tgt_emb(tgt_in), enc_final)
+        if self.attention:
+            # Luong's dot score: unscaled (scale=1), one query per decoder step.
+            context, self.last_weights = scaled_dot_product_attention(
+                s, states, states, mask=src_mask[:, None, :], scale=1.0)
+            s = torch.tanh(self.combine(torch.cat([s, context], dim=-1)))
+        return self.out(s), final
+
+    def forward(self, src, tgt_in):
+        states, final = self.encode(src)
+        return self.decode(tgt_in, states, final, src != PAD_ID)[0]
+
+    @torch.no_grad()
+    def greedy_decode(self, src, bos_id: int, max_len: int):
+        """Feed back the most likely token ``max_len`` times; returns ``(B, max_len)`` token ids."""
+        states, state = self.encode(src)
+        y = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+        out, weights = [], []
+        for _ in range(max_len):
+            logits, state = self.decode(y, states, state, src != PAD_ID)
+            y = logits[:, -1].argmax(-1, keepdim=True)
+            out.append(y)
+            if self.attention:
+                weights.append(self.last_weights)
+        if self.attention:
+            self.last_weights = torch.cat(weights, dim=1)
+        return torch.cat(out, dim=1)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer (Vaswani et al., 2017) — chapter 6, figure 6.1.
+
+    ``forward(src, tgt_in)``: src ``(B, S)``, tgt_in ``(B, T)`` token ids (PAD = 0 is masked out of
+    attention) → logits ``(B, T, tgt_vocab)``.  ``greedy_decode`` generates from a source.
+    """
+
+    def __init__(self, src_vocab, tgt_vocab, d_model=64, n_heads=4, n_layers=2, d_ff=None,
+                 dropout=0.0, max_len=256, norm_first=False):
+        super().__init__()
+        d_ff = d_ff or 4 * d_model
+        self.d_model = d_model
+        self.src_emb, self.tgt_emb = nn.Embedding(src_vocab, d_model), nn.Embedding(tgt_vocab, d_model)
+        self.pos = SinusoidalPositions(d_model, max(max_len, 4096))
+        self.encoder = nn.ModuleList(EncoderBlock(d_model, n_heads, d_ff, dropout, norm_first)
+                                     for _ in range(n_layers))
+        self.decoder = nn.ModuleList(DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first)
+                                     for _ in range(n_layers))
+        # Pre-norm stacks end with a LayerNorm, since their blocks do not normalise their output.
+        self.enc_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.dec_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.out = nn.Linear(d_model, tgt_vocab)
+
+    def encode(self, src):
+        """src ``(B, S)`` → memory ``(B, S, d_model)``; padded keys are hidden from every query."""
+        mask = attention_mask(src != PAD_ID)
+        x = self.pos(self.src_emb(src) * math.sqrt(self.d_model))
+        for block in self.encoder:
+            x = block(x, mask=mask)
+        return self.enc_norm(x)
+
+    def decode(self, tgt_in, memory, src):
+        """tgt_in ``(B, T)``, memory ``(B, S, d)`` → logits ``(B, T, tgt_vocab)``."""
+        t = tgt_in.shape[1]
+        self_mask = attention_mask(tgt_in != PAD_ID, causal=True)
+        memory_mask = attention_mask(src != PAD_ID, q_len=t)
+        x = self.pos(self.tgt_emb(tgt_in) * math.sqrt(self.d_model))
+        for block in self.decoder:
+            x = block(x, memory, self_mask=self_mask, memory_mask=memory_mask)
+        return self.out(self.dec_norm(x))
+
+    def forward(self, src, tgt_in):
+        return self.decode(tgt_in, self.encode(src), src)
+
+    @torch.no_grad()
+    def greedy_decode(self, src, bos_id: int, max_len: int):
+        """Append the most likely next token ``max_len`` times; returns ``(B, max_len)`` (BOS dropped)."""
+        memory = self.encode(src)
+        y = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+        for _ in range(max_len):
+            next_id = self.decode(y, memory, src)[:, -1].argmax(-1, keepdim=True)
+            y = torch.cat([y, next_id], dim=1)
+        return y[:, 1:]
+
+
+class DecoderLM(nn.Module):
+    """Decoder-only language model: tokens → embeddings (+ positions) → masked blocks → logits — chapter 6.
+
+    ``pos`` picks the position scheme of chapter 5: ``none``, ``sinusoidal``, ``learned``,
+    ``relative`` (Shaw et al., clip distance ``max_rel``), ``rope`` or ``alibi``.
+    ``forward(idx)``: idx ``(B, T)`` → logits ``(B, T, vocab)``, position t predicting token t+1.
+    """
+
+    def __init__(self, vocab_size, d_model=64, n_heads=4, n_layers=2, d_ff=None, max_len=256,
+                 dropout=0.0, pos="learned", norm_first=False, max_rel=16):
+        super().__init__()
+        d_ff = d_ff or 4 * d_model
+        self.max_len, self.pos_scheme = max_len, pos
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.pos, attention_cls = _position_parts(pos, d_model, max_len, max_rel)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first, cross_attention=False,
+                         attention_cls=attention_cls) for _ in range(n_layers))
+        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def forward(self, idx):
+        if idx.dim() != 2:
+            raise ValueError(f"idx must be (B, T) token ids, got shape {tuple(idx.shape)}")
+        x = self.tok_emb(idx)
+        if self.pos is not None:
+            x = self.pos(x)
+        x = self.drop(x)
+        mask = causal_mask(idx.shape[1], device=idx.device)
+        for block in self.blocks:
+            x = block(x, self_mask=mask)
+        return self.head(self.norm(x))
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                 generator: torch.Generator | None = None):
+        """Sample ``max_new_tokens`` tokens after the prompt idx ``(B, T)``; returns ``(B, T + new)``.
+
+        Logits are divided by ``temperature`` (> 0); ``top_k`` keeps only the k most likely tokens.
+        Absolute position schemes see at most the last ``max_len`` tokens.
+        """
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        for _ in range(max_new_tokens):
+            context = idx if self.pos_scheme not in ("learned",) else idx[:, -self.max_len:]
+            logits = self(context)[:, -1] / temperature
+            if top_k is not None:
+                kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            probs = F.softmax(logits, dim=-1)
+            next_id = torch.multinomial(probs, 1, generator=generator)
+            idx = torch.cat([idx, next_id], dim=1)
+        return idx

@@ -1,0 +1,158 @@
+"""Position representations — chapter 5.
+
+Absolute: ``sinusoidal_positions`` (Vaswani et al., 2017) and ``LearnedPositions``.
+Relative: Shaw et al. (2018), ``relative_position_index`` and ``RelativePositions`` (a^K and a^V).
+Beyond the notes: rotary embeddings (``rope``, Su et al., 2021) and ``alibi_bias`` (Press et al., 2022).
+Each relative scheme also has a ``MultiHeadAttention`` subclass that uses it.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .utils import check_tensor
+
+
+def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
+    """``(n, d)`` table: PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d)) — eq. (5.2)."""
+    if n < 1 or d < 2 or d % 2:
+        raise ValueError(f"sinusoidal_positions needs n >= 1 and an even d >= 2, got n={n}, d={d}")
+    p = torch.arange(n, dtype=torch.float64)[:, None]
+    freq = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    pe = torch.zeros(n, d, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(p * freq)
+    pe[:, 1::2] = torch.cos(p * freq)
+    return pe.float()
+
+
+class SinusoidalPositions(nn.Module):
+    """Adds the fixed sinusoidal table to token embeddings: x ``(B, T, d)`` → ``(B, T, d)``."""
+
+    def __init__(self, d_model: int, max_len: int = 4096):
+        super().__init__()
+        self.register_buffer("table", sinusoidal_positions(max_len, d_model), persistent=False)
+
+    def forward(self, x):
+        if x.shape[1] > self.table.shape[0]:
+            raise ValueError(f"sequence length {x.shape[1]} exceeds max_len={self.table.shape[0]}")
+        return x + self.table[: x.shape[1]].to(x.dtype)
+
+
+class LearnedPositions(nn.Module):
+    """One trained vector per absolute position: x ``(B, T, d)`` → x + P[:T] — eq. (5.3).
+
+    It has no vector for positions ≥ ``max_len``: longer inputs raise ValueError.
+    """
+
+    def __init__(self, d_model: int, max_len: int):
+        super().__init__()
+        self.table = nn.Embedding(max_len, d_model)
+        nn.init.normal_(self.table.weight, std=0.02)
+
+    def forward(self, x):
+        t = x.shape[1]
+        if t > self.table.num_embeddings:
+            raise ValueError(f"sequence length {t} exceeds the {self.table.num_embeddings} learned positions")
+        return x + self.table(torch.arange(t, device=x.device))
+
+
+def relative_position_index(n: int, k: int, device=None) -> torch.Tensor:
+    """``(n, n)`` long: clip(j − i, −k, k) + k, the row of w^K / w^V that pair (i, j) uses — eq. (5.5)."""
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    pos = torch.arange(n, device=device)
+    return (pos[None, :] - pos[:, None]).clamp(-k, k) + k
+
+
+class RelativePositions(nn.Module):
+    """Shaw et al.'s tables w^K, w^V of shape ``(2k+1, d_head)``; ``forward(n)`` → (a^K, a^V), each ``(n, n, d_head)``."""
+
+    def __init__(self, d_head: int, k: int):
+        super().__init__()
+        self.k = k
+        self.w_k = nn.Embedding(2 * k + 1, d_head)
+        self.w_v = nn.Embedding(2 * k + 1, d_head)
+
+    def forward(self, n: int):
+        idx = relative_position_index(n, self.k, device=self.w_k.weight.device)
+        return self.w_k(idx), self.w_v(idx)
+
+
+def relative_attention(q, k, v, a_k, a_v, mask=None):
+    """Shaw et al.'s attention — eq. (5.6):
+    e_ij = (q_i·k_j + q_i·a^K_ij) / √d,  z_i = Σ_j α_ij (v_j + a^V_ij).
+
+    q, k, v ``(..., n, d)``; a_k, a_v ``(n, n, d)``; returns (z ``(..., n, d)``, α ``(..., n, n)``).
+    """
+    d = q.shape[-1]
+    bias = torch.einsum("...id,ijd->...ij", q, a_k) / math.sqrt(d)
+    out, weights = scaled_dot_product_attention(q, k, v, mask=mask, bias=bias)
+    return out + torch.einsum("...ij,ijd->...id", weights, a_v), weights
+
+
+def rope(x, base: float = 10000.0, offset: int = 0):
+    """Rotary position embedding: rotate each feature pair (2i, 2i+1) of x ``(..., T, d)`` by angle
+    p·θ_i, θ_i = base^(−2i/d), p = offset … offset+T−1 — Su et al. (2021).  Returns ``(..., T, d)``.
+
+    After rotation, q_p·k_r depends on p and r only through r − p.
+    """
+    check_tensor("x", x, 2)
+    t, d = x.shape[-2], x.shape[-1]
+    if d % 2:
+        raise ValueError(f"rope needs an even feature size, got x of shape {tuple(x.shape)}")
+    theta = base ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float64) / d)
+    angle = torch.arange(offset, offset + t, device=x.device, dtype=torch.float64)[:, None] * theta
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = x1 * cos - x2 * sin
+    out[..., 1::2] = x1 * sin + x2 * cos
+    return out
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """Head h (1-based) gets slope 2^(−8h/H): for 8 heads 1/2, 1/4, …, 1/256 — Press et al. (2022)."""
+    return 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)
+
+
+def alibi_bias(n_heads: int, n: int, device=None) -> torch.Tensor:
+    """``(H, n, n)`` additive score bias −slope_h · (i − j) for keys j ≤ i, and −slope_h·|i − j| above
+    the diagonal (masked away in causal use)."""
+    pos = torch.arange(n, device=device)
+    dist = (pos[:, None] - pos[None, :]).abs().float()
+    return -alibi_slopes(n_heads).to(device)[:, None, None] * dist
+
+
+class RotaryMultiHeadAttention(MultiHeadAttention):
+    """Multi-head attention whose queries and keys are rotated by ``rope`` in every head."""
+
+    def attend(self, q, k, v, mask):
+        return super().attend(rope(q), rope(k), v, mask)
+
+
+class ALiBiMultiHeadAttention(MultiHeadAttention):
+    """Multi-head attention with ALiBi's distance penalty added to each head's scores."""
+
+    def attend(self, q, k, v, mask):
+        if q.shape[-2] != k.shape[-2]:
+            raise ValueError("ALiBi attention is for self-attention: Tq must equal Tk")
+        bias = alibi_bias(self.n_heads, q.shape[-2], device=q.device).to(q.dtype)
+        p = self.dropout if self.training else 0.0
+        return scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p, bias=bias)
+
+
+class RelativeMultiHeadAttention(MultiHeadAttention):
+    """Multi-head attention with Shaw et al.'s relative positions (tables shared by all heads)."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True, max_rel: int = 16):
+        super().__init__(d_model, n_heads, dropout, bias)
+        self.rel = RelativePositions(self.d_head, max_rel)
+
+    def attend(self, q, k, v, mask):
+        if q.shape[-2] != k.shape[-2]:
+            raise ValueError("relative attention is for self-attention: Tq must equal Tk")
+        a_k, a_v = self.rel(q.shape[-2])
+        return relative_attention(q, k, v, a_k.to(q.dtype), a_v.to(q.dtype), mask)
