@@ -1,0 +1,149 @@
+"""Start an IPython kernel for a learner's notebook inside a bubblewrap sandbox.
+
+Used as the ``argv`` of the ``tfmlib-sandbox`` kernel spec that the grading configuration selects
+(see ``kernelspec.py``).  The kernel:
+
+- sees only the system's programs and libraries, the Python installation, the course library
+  ``tfmlib`` (read-only) and its own working folder (the student's ``autograded/<student>/<assignment>``,
+  the only place it can write), plus a private ``/tmp``;
+- has no network (a new, empty network namespace), its own process and IPC namespaces, and no
+  capabilities; when the grader runs as root it runs as the unprivileged user ``nobody``;
+- runs under resource limits: address space, processes, CPU seconds, file size, open files.
+
+Because the sandbox has no network, the kernel talks to the grader over Unix sockets: the grading
+configuration sets ``KernelManager.transport = 'ipc'`` and a fresh ``JUPYTER_RUNTIME_DIR``, which is
+the one other folder bound into the sandbox.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+# Limits (override with the environment variables of the same name when grading).
+LIMITS = {
+    "GRADER_MEMORY_MB": 3072,      # address space of each process (RLIMIT_AS)
+    "GRADER_NPROC": 128,           # processes and threads of the sandbox user (RLIMIT_NPROC)
+    "GRADER_CPU_SECONDS": 300,     # CPU time of the kernel (RLIMIT_CPU); the per-cell wall timeout is nbgrader's
+    "GRADER_FILE_MB": 64,          # largest file the kernel may write (RLIMIT_FSIZE)
+    "GRADER_NOFILE": 256,          # open file descriptors (RLIMIT_NOFILE)
+}
+NOBODY = 65534
+
+
+def limit(name: str) -> int:
+    return int(os.environ.get(name, LIMITS[name]))
+
+
+def system_binds() -> list[str]:
+    """Read-only views of the operating system: /usr and the /bin, /lib… entries (symlinks kept)."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/nsswitch.conf", "/etc/passwd", "/etc/group",
+              "/etc/localtime"):
+        if os.path.exists(f):
+            args += ["--ro-bind", f, f]
+    return args
+
+
+def parent_dirs(path: str) -> list[str]:
+    """``--dir`` arguments creating the ancestors of ``path`` with mode 0755, so that the sandbox
+    user can reach a folder bound below them (bwrap would create them 0700, root-only)."""
+    args, parts = [], Path(path).parts[1:-1]
+    for i in range(len(parts)):
+        args += ["--perms", "0755", "--dir", "/" + "/".join(parts[: i + 1])]
+    return args
+
+
+def python_binds() -> list[str]:
+    """Read-only: the Python installation, the virtual environment and the tfmlib package."""
+    import tfmlib
+
+    paths = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), sys.prefix,
+             str(Path(tfmlib.__file__).resolve().parent)}
+    args = []
+    for p in sorted(paths, key=len):
+        if not p.startswith("/usr/"):
+            args += parent_dirs(p) + ["--ro-bind", p, p]
+    return args
+
+
+def socket_dir(conn: dict) -> str:
+    """The folder of the kernel's Unix sockets (``ip`` of an ipc connection), which must be absolute."""
+    ip = conn.get("ip", "")
+    if conn.get("transport") != "ipc" or not os.path.isabs(ip):
+        raise SystemExit("tfmlib-sandbox: the kernel has no network; the grading config must set "
+                         "KernelManager.transport = 'ipc' and an absolute KernelManager.ip")
+    return os.path.dirname(ip)
+
+
+def bwrap_command(connection_file: str, workdir: str) -> list[str]:
+    conn = json.loads(Path(connection_file).read_text())
+    sockets = socket_dir(conn)
+    env = {
+        "PATH": f"{sys.prefix}/bin:/usr/bin:/bin", "HOME": "/tmp", "USER": "student", "LANG": "C.UTF-8",
+        "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp", "IPYTHONDIR": "/tmp/.ipython", "PYTHONNOUSERSITE": "1",
+        "PYTHONDONTWRITEBYTECODE": "1", "TFMLIB_DEVICE": "cpu", "OMP_NUM_THREADS": "1",
+        "JUPYTER_RUNTIME_DIR": "/tmp", "PYTHONWARNINGS": "ignore",
+    }
+    # New network, process, IPC and host-name namespaces; a user namespace only when not root
+    # (as root, setpriv below drops to an unprivileged user instead).
+    cmd = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+           "--die-with-parent", "--clearenv"]
+    if os.geteuid() != 0:
+        cmd.insert(1, "--unshare-user")
+    for k, v in env.items():
+        cmd += ["--setenv", k, v]
+    cmd += system_binds() + python_binds()
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    cmd += parent_dirs(sockets) + ["--bind", sockets, sockets]
+    cmd += parent_dirs(connection_file) + ["--ro-bind", connection_file, connection_file]
+    cmd += parent_dirs(workdir) + ["--bind", workdir, workdir, "--chdir", workdir]
+    if os.geteuid() == 0:   # never run learners' code as root
+        cmd += ["/usr/bin/setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                "--inh-caps=-all", "--bounding-set=-all"]
+    mb = 1024 * 1024
+    cmd += ["/usr/bin/prlimit", f"--as={limit('GRADER_MEMORY_MB') * mb}", f"--nproc={limit('GRADER_NPROC')}",
+            f"--cpu={limit('GRADER_CPU_SECONDS')}", f"--fsize={limit('GRADER_FILE_MB') * mb}",
+            f"--nofile={limit('GRADER_NOFILE')}", "--core=0", "--"]
+    cmd += [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file,
+            "--HistoryManager.hist_file=:memory:"]
+    return cmd
+
+
+def hand_over(connection_file: str, workdir: str) -> None:
+    """As root, give the sandbox user the working folder, the socket folder and the connection file."""
+    if os.geteuid() != 0:
+        return
+    sockets = Path(socket_dir(json.loads(Path(connection_file).read_text())))
+    for p in [sockets, Path(workdir), *Path(workdir).rglob("*")]:
+        os.chown(p, NOBODY, NOBODY, follow_symlinks=False)
+    os.chown(connection_file, NOBODY, NOBODY)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 2:
+        raise SystemExit("usage: sandbox_kernel.py CONNECTION_FILE")
+    if shutil.which("bwrap") is None:
+        raise SystemExit("tfmlib-sandbox: bubblewrap is not installed (Debian: apt-get install bubblewrap)")
+    connection_file, workdir = os.path.abspath(argv[1]), os.getcwd()
+    hand_over(connection_file, workdir)
+    cmd = bwrap_command(connection_file, workdir)
+    if os.environ.get("GRADER_DEBUG"):
+        print(" ".join(cmd), file=sys.stderr)
+    else:  # the kernel's own console chatter goes to a log beside its sockets, not the grader's terminal
+        log = os.open(os.path.join(socket_dir(json.loads(Path(connection_file).read_text())), "kernel.log"),
+                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+    os.execvp(cmd[0], cmd)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

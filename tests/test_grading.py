@@ -1,0 +1,258 @@
+"""The hardened grading set-up (scripts/grading): sandbox, scan, and a whole class graded in batches."""
+import csv
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts" / "grading"))
+
+from scan import scan_cells  # noqa: E402
+
+ASSIGNMENTS = ["01_rnn_limits", "02_attention", "03_self_attention", "04_multi_head", "05_positions",
+               "06_encoder_decoder", "07_efficiency", "08_scaling_laws"]
+
+
+def require_bwrap():
+    if shutil.which("bwrap") is None:
+        if os.environ.get("CI"):
+            pytest.fail("bubblewrap is missing: .ci/run must install Debian's bubblewrap")
+        pytest.skip("bubblewrap (Debian package 'bubblewrap') is not installed; the grading sandbox needs it")
+
+
+# --- the scan ---------------------------------------------------------------------------------------
+
+SETUP = ["import torch\nimport torch.nn.functional as F\nfrom tfmlib import checking as check\nSEED = 0\n"]
+TESTS = ["out = f(torch.ones(2))\ncheck.assert_close('f', out, torch.ones(2))\ndef _ref(x):\n    return x\n"]
+
+
+@pytest.mark.parametrize("code, reason", [
+    ("torch.allclose = lambda *a, **k: True", "assigns to 'torch.allclose'"),
+    ("check.assert_close = print", "assigns to 'check.assert_close'"),
+    ("check = None", "rebinds 'check'"),
+    ("def _ref(x):\n    return 0", "redefines '_ref'"),
+    ("def f(q):\n    return F.scaled_dot_product_attention(q, q, q)", "uses 'F.scaled_dot_product_attention'"),
+    ("def f(q):\n    return torch.nn.functional.layer_norm(q, q.shape[-1:])", "library implementation"),
+    ("from torch.nn.functional import scaled_dot_product_attention as s", "imports 'scaled_dot_product_attention'"),
+    ("import tfmlib\nf = tfmlib.scaled_dot_product_attention", "imports 'tfmlib'"),
+    ("class T(torch.Tensor):\n    pass", "subclasses torch.Tensor"),
+    ("def __torch_function__(*a):\n    return True", "'__torch_function__'"),
+    ("x = getattr(F, 'scaled_' + 'dot_product_attention')", "uses 'getattr'"),
+    ("import os\nos._exit(0)", "imports 'os'"),
+    ("data = open('/etc/passwd').read()", "uses 'open'"),
+    ("import sqlite3", "imports 'sqlite3'"),
+    ("import socket", "imports 'socket'"),
+    ("!cat /etc/passwd", "magics or shell escapes"),
+    ("globals()['check'] = None", "uses 'globals'"),
+    ("torch.Tensor.__eq__ = lambda a, b: True", "'__eq__'"),
+])
+def test_scan_flags_attacks(code, reason):
+    flags = scan_cells({5: code}, SETUP, TESTS, {"f"})
+    assert any(reason in f.reason for f in flags), [str(f) for f in flags]
+    assert all(f.cell == 5 for f in flags)
+
+
+@pytest.mark.parametrize("code", [
+    "def f(q, k, v, mask=None):\n    d = q.shape[-1]\n    s = q @ k.transpose(-2, -1) / d ** 0.5\n"
+    "    if mask is not None:\n        s = s.masked_fill(~mask, float('-inf'))\n"
+    "    w = torch.softmax(s, dim=-1)\n    return w @ v, w",
+    "import math\nimport torch\nimport torch.nn.functional as F\n"
+    "def f(x):\n    out = F.softmax(x, -1)  # softmax is allowed\n    return out * math.sqrt(2)",
+    "def f(x):\n    expected = 3  # a test's plain variable name is the learner's to use\n    return x",
+    "def f(x):\n    \"\"\"Unlike scaled_dot_product_attention in PyTorch, this is mine.\"\"\"\n    return x",
+])
+def test_scan_accepts_honest_answers(code):
+    assert scan_cells({5: code}, SETUP, TESTS, {"f"}) == []
+
+
+# --- the sandbox kernel -------------------------------------------------------------------------------
+
+def run_in_sandbox(cells, workdir, timeout=30):
+    """Execute ``cells`` in the tfmlib-sandbox kernel (as grading does) and return the notebook."""
+    from nbclient import NotebookClient
+    from traitlets.config import Config
+
+    from kernelspec import KERNEL_NAME, write_kernelspec
+
+    private = Path(tempfile.mkdtemp(prefix="sandbox-test-"))
+    write_kernelspec(private / "jupyter")
+    (private / "run").mkdir()
+    env_before = os.environ.get("JUPYTER_PATH")
+    os.environ["JUPYTER_PATH"] = str(private / "jupyter")
+    config = Config()
+    config.KernelManager.transport = "ipc"
+    config.KernelManager.ip = str(private / "run" / "kernel")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    client = NotebookClient(nb, kernel_name=KERNEL_NAME, timeout=timeout, allow_errors=True, config=config,
+                            resources={"metadata": {"path": str(workdir)}})
+    error = None
+    try:
+        client.execute()
+    except Exception as err:  # noqa: BLE001 - returned to the test, which decides
+        error = err
+    finally:
+        if env_before is None:
+            os.environ.pop("JUPYTER_PATH", None)
+        else:
+            os.environ["JUPYTER_PATH"] = env_before
+        shutil.rmtree(private, ignore_errors=True)
+    nb.metadata["error"] = type(error).__name__ if error else None
+    return nb
+
+
+def text_of(cell):
+    return "".join(o.get("text", "") + o.get("ename", "") + ": " + o.get("evalue", "") for o in cell.outputs)
+
+
+@pytest.mark.slow
+def test_sandbox_confines_the_kernel(tmp_path):
+    require_bwrap()
+    course = tmp_path / "course"
+    secret = course / "solutions" / "secret.txt"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("the instructor's answers")
+    other = course / "submitted" / "alice" / "a" / "a.ipynb"
+    other.parent.mkdir(parents=True)
+    other.write_text("{}")
+    work = course / "autograded" / "bob" / "a"
+    work.mkdir(parents=True)
+    nb = run_in_sandbox([
+        "import torch, tfmlib, os, tempfile\nprint('uid', os.getuid(), 'tmp', tempfile.gettempdir())",
+        f"print(open({str(secret)!r}).read())",
+        f"open({str(other)!r}, 'w').write('owned')",
+        f"open({str(course / 'new.txt')!r}, 'w').write('x')",
+        "open('mine.txt', 'w').write('ok'); print(open('mine.txt').read())",
+        "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=2)",
+        "import torch\nx = torch.empty(4 * 1024 ** 3, dtype=torch.uint8)\nx.fill_(1)",
+        "print('x' * 100)",
+    ], work)
+    out = [text_of(c) for c in nb.cells]
+    assert "uid" in out[0] and "tmp /tmp" in out[0], out[0]
+    if os.geteuid() == 0:
+        assert "uid 65534" in out[0], "as root, learners' code must run as nobody"
+    assert "FileNotFoundError" in out[1] and "instructor" not in out[1]
+    assert "Error" in out[2] and other.read_text() == "{}"
+    assert "Error" in out[3] and not (course / "new.txt").exists()
+    assert "ok" in out[4] and (work / "mine.txt").read_text() == "ok"
+    assert "OSError" in out[5] or "unreachable" in out[5] or "refused" in out[5], out[5]
+    assert "RuntimeError" in out[6] or "MemoryError" in out[6], out[6]
+    assert "xxx" in out[7]
+
+
+@pytest.mark.slow
+def test_sandbox_limits_processes_and_survives_exit(tmp_path):
+    require_bwrap()
+    fork_bomb = ("import os\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
+                 "            import time; time.sleep(60); os._exit(0)\n        n += 1\n"
+                 "except OSError as err:\n    print('stopped after', n, 'processes')")
+    nb = run_in_sandbox([fork_bomb, "print('alive')", "import os\nos._exit(1)", "print('never')"], tmp_path)
+    out = [text_of(c) for c in nb.cells]
+    assert "stopped after" in out[0], out[0]
+    assert int(out[0].split("stopped after")[1].split()[0]) <= 128
+    assert "alive" in out[1]
+    assert nb.metadata["error"] == "DeadKernelError" and out[3] == ""
+
+
+# --- a whole class, graded in one batch per assignment ----------------------------------------------
+
+CI_KINDS_DEFAULT = {"correct-plain", "correct-chatty", "wrong-unanswered", "wrong-first", "wrong-last",
+                    "attack-rebind-allclose", "invalid-json"}
+
+
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory):
+    require_bwrap()
+    missing = [a for a in ASSIGNMENTS if not (ROOT / "solutions" / a / f"{a}.ipynb").exists()]
+    assert not missing, f"assignments missing from solutions/: {missing}"
+    from make_class import make_class
+
+    course = tmp_path_factory.mktemp("class")
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copytree(ROOT / "solutions", course / "solutions")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    code = ("from nbgrader.apps import NbGraderAPI\nfrom nbgrader.coursedir import CourseDirectory\n"
+            "from traitlets.config.loader import PyFileConfigLoader\n"
+            "cfg = PyFileConfigLoader('nbgrader_config.py', path='.').load_config()\n"
+            "cfg.CourseDirectory.root = '.'\n"
+            "api = NbGraderAPI(coursedir=CourseDirectory(config=cfg), config=cfg)\n"
+            f"for a in {ASSIGNMENTS!r}:\n    r = api.generate_assignment(a, force=True)\n"
+            "    assert r['success'], r.get('error')\n")
+    subprocess.run([sys.executable, "-c", code], cwd=course, env=env, check=True, capture_output=True)
+    kinds = {a: CI_KINDS_DEFAULT for a in ASSIGNMENTS}
+    kinds["03_self_attention"] = None           # every style and every attack on one assignment
+    expected = make_class(course, ASSIGNMENTS, copies=1, kinds=kinds)
+    victim = course / "submitted" / "03c0-correct-plain" / "03_self_attention" / "03_self_attention.ipynb"
+    victim_hash = hashlib.sha256(victim.read_bytes()).hexdigest()
+    rows = {}
+    for a in ASSIGNMENTS:
+        students = [s for s, e in expected.items() if e["assignment"] == a and "sqlite" not in s]
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), a, "--course", str(course),
+                               "--students", ",".join(students)], env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        with open(course / "grading" / a / "grades.csv") as f:
+            rows.update({r["student_id"]: r for r in csv.DictReader(f)})
+    # The gradebook attack last, after a snapshot of every other row.
+    db = course / "gradebook.db"
+    snapshot = sqlite3.connect(db).execute("select * from grade order by id").fetchall()
+    attacker = "03c0-attack-sqlite-gradebook"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), "03_self_attention",
+                           "--course", str(course), "--students", attacker, "--out",
+                           str(course / "grading" / "sqlite")], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(course / "grading" / "sqlite" / "grades.csv") as f:
+        rows.update({r["student_id"]: r for r in csv.DictReader(f)})
+    after = sqlite3.connect(db).execute("select * from grade order by id").fetchall()
+    return {"course": course, "expected": expected, "rows": rows, "snapshot": snapshot, "after": after,
+            "victim": (victim, victim_hash)}
+
+
+@pytest.mark.slow
+def test_class_every_submission_is_graded_as_expected(graded_class):
+    expected, rows = graded_class["expected"], graded_class["rows"]
+    assert len(expected) >= 60
+    assert set(rows) == set(expected), "every submission has exactly one row in the export"
+    seconds = [float(r["seconds"]) for r in rows.values() if r["status"] != "invalid notebook"]
+    print(f"\n{len(rows)} submissions graded; median {statistics.median(seconds):.2f} s, "
+          f"total {sum(seconds):.0f} s")
+    for student, e in expected.items():
+        r = rows[student]
+        score, best = float(r["score"]), float(r["max_score"])
+        assert best > 0
+        if e["expect"] == "full":
+            assert score == best and r["status"] == "graded", (student, r)
+        else:
+            assert score < best, (student, r)
+
+
+@pytest.mark.slow
+def test_class_statuses_and_reasons(graded_class):
+    rows = graded_class["rows"]
+    status = {s: r["status"] for s, r in rows.items()}
+    for s in rows:
+        if s.endswith("invalid-json") or s.endswith("renamed"):
+            assert status[s] == "invalid notebook"
+        if "rebind-allclose" in s or "library-shortcut" in s or "tensor-subclass" in s or "fork-bomb" in s:
+            assert status[s] == "flagged" and rows[s]["reason"], rows[s]
+    assert status["03c0-attack-interrupt-swallowing-loop"] == "timed out"
+    assert "renamed" in rows["03c0-renamed"]["reason"]
+
+
+@pytest.mark.slow
+def test_class_nobody_else_is_touched(graded_class):
+    assert graded_class["snapshot"] == graded_class["after"][: len(graded_class["snapshot"])]
+    assert all(row for row in graded_class["after"])
+    victim, digest = graded_class["victim"]
+    assert hashlib.sha256(victim.read_bytes()).hexdigest() == digest
+    course = graded_class["course"]
+    flood = course / "autograded" / "03c0-attack-output-50mb" / "03_self_attention" / "03_self_attention.ipynb"
+    assert flood.stat().st_size < 1_000_000, "a 50 MB output line must be cut"
