@@ -256,3 +256,107 @@ def test_class_nobody_else_is_touched(graded_class):
     course = graded_class["course"]
     flood = course / "autograded" / "03c0-attack-output-50mb" / "03_self_attention" / "03_self_attention.ipynb"
     assert flood.stat().st_size < 1_000_000, "a 50 MB output line must be cut"
+
+
+# --- the multi-user exchange: release -> fetch -> submit -> collect -> autograde -> feedback ----------
+
+def as_user(user, argv, cwd, env_extra=None):
+    """Run ``argv`` as the Unix account ``user`` (we are root): a bubblewrap view of the system in
+    which root's home is replaced by an empty folder holding only the Python installation, so the
+    student can run the course's Python but not read root's files."""
+    base = os.path.realpath(sys.base_prefix)
+    home = f"/home/{user}"
+    env = {"HOME": home, "USER": user, "LOGNAME": user, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+           "LANG": "C.UTF-8", **(env_extra or {})}
+    cmd = ["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/root"]
+    parts = Path(base).parts[1:-1]
+    for i in range(1, len(parts)):
+        cmd += ["--perms", "0755", "--dir", "/" + "/".join(parts[: i + 1])]
+    cmd += ["--ro-bind", base, base, "--chdir", str(cwd), "--clearenv"]
+    for k, v in env.items():
+        cmd += ["--setenv", k, v]
+    cmd += ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--"] + argv
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+@pytest.mark.slow
+def test_exchange_round_trip_with_two_student_accounts():
+    require_bwrap()
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("the exchange test needs root to create two student accounts")
+        pytest.skip("the exchange round trip creates two Unix accounts: run as root (CI does)")
+    import pwd
+
+    students = ["tfm_student1", "tfm_student2"]
+    for s in students:
+        try:
+            pwd.getpwnam(s)
+        except KeyError:
+            subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", s], check=True)
+    assignment = "03_self_attention"
+    work = Path(tempfile.mkdtemp(prefix="exchange-test-"))
+    exchange = work / "exchange"
+    exchange.mkdir()
+    os.chmod(work, 0o755)
+    os.chmod(exchange, 0o777)
+    course = work / "instructor"
+    course.mkdir(mode=0o700)
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copytree(ROOT / "solutions" / assignment, course / "solutions" / assignment)
+    flags = [f"--Exchange.root={exchange}", "--CourseDirectory.course_id=tfm-test"]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+    def instructor(*args):
+        proc = subprocess.run(["nbgrader", *args, *flags], cwd=course, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        return proc
+
+    def student(user, *args):
+        home = Path(f"/home/{user}")
+        proc = as_user(user, ["nbgrader", *args, *flags], home)
+        assert proc.returncode == 0, (user, args, proc.stdout[-2000:], proc.stderr[-2000:])
+        return proc
+
+    instructor("generate_assignment", assignment, "--force")
+    instructor("release_assignment", assignment, "--force")
+    from make_class import answered
+    source = nbformat.read(course / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
+    for user in students:
+        home = Path(f"/home/{user}")
+        shutil.rmtree(home / assignment, ignore_errors=True)
+        student(user, "fetch_assignment", assignment)
+        fetched = home / assignment / f"{assignment}.ipynb"
+        assert fetched.exists() and fetched.stat().st_uid == pwd.getpwnam(user).pw_uid
+        nb = nbformat.read(fetched, as_version=4)
+        if user == students[0]:
+            nb = answered(nb, source)           # the first student answers everything
+        staged = work / f"{user}.ipynb"
+        nbformat.write(nb, staged)
+        os.chmod(staged, 0o644)
+        proc = as_user(user, ["cp", str(staged), str(fetched)], home)
+        assert proc.returncode == 0, proc.stderr
+        student(user, "submit", assignment)
+    # The second student cannot see the first one's submission in the exchange.
+    peek = as_user(students[1], ["ls", str(exchange / "tfm-test" / "inbound")], Path(f"/home/{students[1]}"))
+    assert peek.returncode != 0 or students[0] not in peek.stdout
+
+    instructor("collect", assignment)
+    for user in students:
+        assert (course / "submitted" / user / assignment / f"{assignment}.ipynb").exists()
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), assignment, "--course", str(course)],
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(course / "grading" / assignment / "grades.csv") as f:
+        grades = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert float(grades[students[0]]["score"]) == float(grades[students[0]]["max_score"]) > 0
+    assert float(grades[students[1]]["score"]) == 0
+    instructor("generate_feedback", assignment, "--force")
+    instructor("release_feedback", assignment)
+    for user in students:
+        student(user, "fetch_feedback", assignment)
+        html = list((Path(f"/home/{user}") / assignment / "feedback").rglob("*.html"))
+        assert html, f"no feedback fetched for {user}"
+        text = html[0].read_text()
+        assert grades[user]["max_score"].rstrip("0").rstrip(".") in text
+    shutil.rmtree(work, ignore_errors=True)
