@@ -1,0 +1,31 @@
+# nbgrader configuration of the course (nbgrader 0.9.6).  Run nbgrader from the repository root.
+# solutions/ is the source directory (instructor versions, with solutions and hidden tests) and
+# notebooks/ the release directory (what learners open).  The per-class state (gradebook.db, submitted/,
+# autograded/, feedback/) is created here too and is ignored by git.  See book/appendix/instructors.md.
+c = get_config()  # noqa: F821  (provided by nbgrader when it loads this file)
+
+c.CourseDirectory.course_id = "transformers-from-scratch"
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "notebooks"
+# Only the notebooks are course files; never copy caches or checkpoints into a release.
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".DS_Store"]
+
+# The release shows this where a solution was: the learner sees the signature and docstring above it.
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# Grading.  A submission that loops forever is interrupted after `timeout` seconds per cell and scored;
+# the next cell (and the next student) runs normally.
+c.Execute.timeout = 60
+c.Execute.interrupt_on_timeout = True
+c.Execute.startup_timeout = 120
+# Every test cell of a deleted or edited test is restored from solutions/ before grading.
+c.OverwriteCells.add_missing_cells = True
+# A test cell that writes to stderr scores zero in nbgrader; a Python warning (e.g. a deprecation in a
+# library) must not cost a correct answer its points, so stderr chunks that are warnings are dropped.
+# Test failures are exceptions (error outputs), which this does not touch.
+c.IgnorePattern.enabled = True
+c.IgnorePattern.pattern = r"(?m)^\S.*:\d+: \w*Warning: "
+# Keep the feedback readable when a submission prints a lot.
+c.LimitOutput.max_lines = 200
+c.LimitOutput.max_traceback = 60

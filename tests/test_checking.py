@@ -1,0 +1,158 @@
+"""tfmlib.checking: the trusted comparisons and the shortcut guard used by the graded exercises' tests."""
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tfmlib
+import tfmlib.checking as check
+from tfmlib.attention import scaled_dot_product_attention as early_bound_sdpa
+
+
+def test_assert_close_accepts_a_match_and_reports_a_mismatch():
+    x = torch.arange(6.0).view(2, 3)
+    check.assert_close("out", x.clone(), x)
+    with pytest.raises(check.CheckFailure) as err:
+        check.assert_close("out", x + torch.tensor([0.0, 0.0, 0.5]), x, hint="look at the last column")
+    text = str(err.value)
+    assert "index (0, 2)" in text and "expected 2.0, got 2.5" in text and "Hint: look at the last column" in text
+
+
+def test_assert_close_checks_type_shape_dtype_and_nan():
+    x = torch.randn(2, 3)
+    with pytest.raises(check.CheckFailure, match=r"expected shape \(2, 3\), got shape \(3,\)"):
+        check.assert_close("out", x[0], x)
+    with pytest.raises(check.CheckFailure, match="expected dtype torch.float32, got dtype torch.float64"):
+        check.assert_close("out", x.double(), x)
+    with pytest.raises(check.CheckFailure, match="expected a torch.Tensor, got numpy.ndarray"):
+        check.assert_close("out", x.numpy(), x)
+    with pytest.raises(check.CheckFailure, match="NaN"):
+        check.assert_close("out", torch.full((2, 3), float("nan")), x)
+
+    class Always(torch.Tensor):  # a subclass could override comparisons through __torch_function__
+        pass
+
+    with pytest.raises(check.CheckFailure, match="expected a torch.Tensor, got .*Always"):
+        check.assert_close("out", x.as_subclass(Always), x)
+
+
+def test_assert_equal_is_exact_for_masks():
+    m = torch.ones(3, 3, dtype=torch.bool).tril()
+    check.assert_equal("mask", m.clone(), m)
+    with pytest.raises(check.CheckFailure, match="values differ"):
+        check.assert_equal("mask", m.T, m)
+    with pytest.raises(check.CheckFailure, match="dtype"):
+        check.assert_equal("mask", m.long(), m)
+
+
+def test_comparisons_use_trusted_copies(monkeypatch):
+    x = torch.randn(4)
+    monkeypatch.setattr(torch, "allclose", lambda *a, **k: True)
+    monkeypatch.setattr(torch, "equal", lambda *a, **k: True)
+    monkeypatch.setattr(torch.Tensor, "detach", lambda self: torch.zeros(4))
+    with pytest.raises(check.CheckFailure):
+        check.assert_close("out", x + 1, x)
+    with pytest.raises(check.CheckFailure):
+        check.assert_equal("mask", torch.tensor([True, False]), torch.tensor([False, True]))
+
+
+def test_an_active_torch_function_mode_fails_the_check():
+    class Lie(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return True if func is torch.allclose else func(*args, **(kwargs or {}))
+
+    x = torch.randn(3)
+    with Lie(), pytest.raises(check.CheckFailure, match="mode is active"):
+        check.assert_close("out", x + 1, x)
+
+
+def test_assert_number_and_unpack():
+    check.assert_number("loss", 2.0000001, 2.0, rel=1e-6)
+    check.assert_number("loss", torch.tensor(3.0, dtype=torch.float64), 3.0)
+    with pytest.raises(check.CheckFailure, match="expected 2, got 2.1"):
+        check.assert_number("loss", 2.1, 2.0)
+    with pytest.raises(check.CheckFailure, match="expected a number"):
+        check.assert_number("loss", "2.0", 2.0)
+    assert check.unpack("f", (1, 2), 2) == (1, 2)
+    with pytest.raises(check.CheckFailure, match="expected a tuple of 2 items, got Tensor"):
+        check.unpack("f", torch.zeros(2), 2)
+
+
+def _qkv():
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(2, 3, 4, generator=g) for _ in range(3)]
+
+
+@pytest.mark.parametrize("shortcut, groups", [
+    (lambda q, k, v: F.scaled_dot_product_attention(q, k, v), ("sdpa",)),
+    (lambda q, k, v: torch.ops.aten.scaled_dot_product_attention(q, k, v), ("sdpa",)),
+    (lambda q, k, v: torch.nn.MultiheadAttention(4, 2, batch_first=True)(q, k, v), ("sdpa",)),
+    (lambda q, k, v: tfmlib.scaled_dot_product_attention(q, k, v), ("tfmlib",)),
+    (lambda q, k, v: early_bound_sdpa(q, k, v), ("tfmlib",)),  # bound to another name before the test
+    (lambda q, k, v: tfmlib.causal_mask(3), ("tfmlib",)),
+    (lambda q, k, v: F.layer_norm(q, (4,)), ("layer_norm",)),
+    (lambda q, k, v: torch.nn.LayerNorm(4)(q), ("layer_norm",)),
+    (lambda q, k, v: torch.layer_norm(q, (4,)), ("layer_norm",)),
+    (lambda q, k, v: torch.nn.RNN(4, 5, batch_first=True)(q), ("rnn",)),
+])
+def test_forbidden_shortcuts_raise_write_your_own(shortcut, groups):
+    q, k, v = _qkv()
+    with pytest.raises(check.ShortcutError, match="write your own"):
+        check.call(shortcut, q, k, v, forbid=groups)
+
+
+def test_allowed_operations_run_and_the_previous_profiler_is_restored():
+    q, k, v = _qkv()
+    calls = []
+    previous = lambda frame, event, arg: calls.append(event)  # noqa: E731
+    sys.setprofile(previous)
+    try:
+        out = check.call(lambda: torch.softmax(q @ k.transpose(-2, -1) / 2, dim=-1) @ v,
+                         forbid=("tfmlib", "sdpa", "layer_norm", "rnn", "transformer"))
+        assert sys.getprofile() is previous
+    finally:
+        sys.setprofile(None)
+    assert out.shape == (2, 3, 4)
+    # outside the guard the shortcuts work again
+    F.scaled_dot_product_attention(q, k, v)
+    tfmlib.causal_mask(3)
+
+
+def test_a_caught_shortcut_error_is_still_reported():
+    q, k, v = _qkv()
+
+    def sneaky():
+        try:
+            return F.scaled_dot_product_attention(q, k, v)
+        except Exception:
+            return F.scaled_dot_product_attention(q, k, v)  # the guard is gone after the first error
+
+    with pytest.raises(check.ShortcutError, match="and caught the error"):
+        check.call(sneaky, forbid=("sdpa",))
+
+
+def test_removing_the_profiler_is_reported():
+    with pytest.raises(check.ShortcutError, match="sys.setprofile"):
+        check.call(lambda: sys.setprofile(None), forbid=("sdpa",))
+
+
+def test_unknown_group_is_an_error():
+    with pytest.raises(ValueError, match="unknown shortcut groups"):
+        check.forbid_shortcuts("flash")
+
+
+def test_peak_numel_sees_the_largest_tensor():
+    q = torch.randn(2, 8, 4)
+    k = torch.randn(2, 32, 4)
+
+    def full(q, k):
+        return torch.softmax(q @ k.transpose(-2, -1), dim=-1).sum(-1)
+
+    def blocks(q, k):
+        return sum(torch.exp(q @ k[:, i:i + 8].transpose(-2, -1)).sum(-1) for i in range(0, 32, 8))
+
+    _, peak_full, where = check.peak_numel(full, q, k)
+    _, peak_blocks, _ = check.peak_numel(blocks, q, k)
+    assert peak_full == 2 * 8 * 32 and where[1] == (2, 8, 32)
+    assert peak_blocks == 2 * 8 * 8
