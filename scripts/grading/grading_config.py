@@ -32,7 +32,7 @@ c = get_config()  # noqa: F821  (provided by traitlets when it loads this file)
 _private = Path(tempfile.mkdtemp(prefix="tfmlib-grading-"))
 write_kernelspec(_private / "jupyter")
 os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(_private / "jupyter"), os.environ.get("JUPYTER_PATH")]))
-(_private / "run").mkdir()
+(_private / "run").mkdir(mode=0o700)
 c.KernelManager.transport = "ipc"
 c.KernelManager.ip = str(_private / "run" / "kernel")
 

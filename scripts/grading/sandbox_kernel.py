@@ -80,7 +80,11 @@ def socket_dir(conn: dict) -> str:
     if conn.get("transport") != "ipc" or not os.path.isabs(ip):
         raise SystemExit("tfmlib-sandbox: the kernel has no network; the grading config must set "
                          "KernelManager.transport = 'ipc' and an absolute KernelManager.ip")
-    return os.path.dirname(ip)
+    folder = os.path.dirname(ip)
+    if os.stat(folder).st_mode & 0o077:
+        # It is bound into the sandbox and handed to the sandbox user: it must be a private folder.
+        raise SystemExit(f"tfmlib-sandbox: the socket folder {folder} must be private (mode 0700)")
+    return folder
 
 
 def bwrap_command(connection_file: str, workdir: str) -> list[str]:
