@@ -5,11 +5,18 @@ Importing it loads torch and nothing slow (no matplotlib: ``tfmlib.plot`` is imp
 from .attention import (MultiHeadAttention, attention_mask, causal_mask, merge_heads, padding_mask,
                         scaled_dot_product_attention, split_heads)
 from .blocks import DecoderBlock, EncoderBlock, FeedForward, add_norm
-from .models import DecoderLM, RNNSeq2Seq, Transformer, record_attention
+from .efficient import (KVCache, allowed_pairs, banded_attention, blockwise_attention, forward_with_cache,
+                        generate_with_cache, global_mask, peak_memory, random_mask, sliding_window_mask,
+                        time_fn)
+from .models import (AttentionClassifier, DecoderLM, RNNClassifier, RNNSeq2Seq, Transformer,
+                     record_attention)
 from .positions import (ALiBiMultiHeadAttention, LearnedPositions, RelativeMultiHeadAttention,
                         RelativePositions, RotaryMultiHeadAttention, SinusoidalPositions, alibi_bias,
                         alibi_slopes, relative_attention, relative_position_index, rope,
-                        sinusoidal_positions)
+                        sinusoidal_offset_matrix, sinusoidal_positions)
+from .scaling import (BESIROGLU_PARAMS, CHINCHILLA_PARAMS, chinchilla_loss, compute_optimal, fit_chinchilla,
+                      fit_power_law, isoflop_loss)
 from .utils import get_device, seed_everything
+from . import data, train  # noqa: E402  (submodules used as tfmlib.data.X, tfmlib.train.X)
 
 __version__ = "0.1.0"

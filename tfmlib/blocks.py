@@ -13,7 +13,7 @@ ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
 
 
 def add_norm(x, sublayer, norm, drop, norm_first=False):
-    """Residual connection and LayerNorm around ``sublayer`` — chapter 6, eq. (6.2)–(6.3).
+    """Residual connection and LayerNorm around ``sublayer`` — chapter 6, eq. (6.4) (residual: eq. (6.2)).
 
     Post-norm: LayerNorm(x + Sublayer(x)).  Pre-norm (``norm_first``): x + Sublayer(LayerNorm(x)).
     """
@@ -42,7 +42,7 @@ class FeedForward(nn.Module):
 
 
 class EncoderBlock(nn.Module):
-    """Self-attention (no causal mask) + FFN, each wrapped in Add & Norm — chapter 6, eq. (6.4).
+    """Self-attention (no causal mask) + FFN, each wrapped in Add & Norm — chapter 6.
 
     ``forward(x, mask=None)``: x ``(B, T, d_model)``; mask bool, True = may attend (a padding
     mask from ``attention_mask``).  Returns ``(B, T, d_model)``.
@@ -63,7 +63,7 @@ class EncoderBlock(nn.Module):
 
 
 class DecoderBlock(nn.Module):
-    """Masked self-attention, cross-attention over the encoder's output, FFN; each in Add & Norm — chapter 6.
+    """Masked self-attention, cross-attention over the encoder's output (eq. 6.5), FFN; each in Add & Norm — chapter 6.
 
     ``forward(x, memory=None, self_mask=None, memory_mask=None)``: x ``(B, Tq, d)``, memory ``(B, Tk, d)``.
     ``self_mask`` is usually ``causal_mask(Tq)`` (combined with padding); ``memory_mask`` hides padded

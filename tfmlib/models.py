@@ -61,8 +61,17 @@ class RNNSeq2Seq(nn.Module):
         self.last_weights = None
 
     def encode(self, src):
-        """src ``(B, S)`` → encoder states ``(B, S, H)`` and the final state the decoder starts from."""
-        return self.encoder(self.src_emb(src))
+        """src ``(B, S)`` → encoder states ``(B, S, H)`` and the final state the decoder starts from.
+
+        Each source is packed to its real length, so the final state is the one after its last real
+        token (not after its padding) and the states at padded positions are zero.
+        """
+        lengths = (src != PAD_ID).sum(dim=1).clamp(min=1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(self.src_emb(src), lengths, batch_first=True,
+                                                   enforce_sorted=False)
+        states, final = self.encoder(packed)
+        states, _ = nn.utils.rnn.pad_packed_sequence(states, batch_first=True, total_length=src.shape[1])
+        return states, final
 
     def decode(self, tgt_in, states, enc_final, src_mask):
         """Run the decoder over ``tgt_in`` ``(B, T)``; returns logits ``(B, T, V)`` and the new final state."""
@@ -96,7 +105,7 @@ class RNNSeq2Seq(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder Transformer (Vaswani et al., 2017) — chapter 6, figure 6.1.
+    """Encoder-decoder Transformer (Vaswani et al., 2017) — chapter 6 (cross-attention: eq. 6.5).
 
     ``forward(src, tgt_in)``: src ``(B, S)``, tgt_in ``(B, T)`` token ids (PAD = 0 is masked out of
     attention) → logits ``(B, T, tgt_vocab)``.  ``greedy_decode`` generates from a source.
@@ -151,7 +160,7 @@ class Transformer(nn.Module):
 
 
 class DecoderLM(nn.Module):
-    """Decoder-only language model: tokens → embeddings (+ positions) → masked blocks → logits — chapter 6.
+    """Decoder-only language model: tokens → embeddings (+ positions) → masked blocks → logits — chapter 6, eq. (6.1).
 
     ``pos`` picks the position scheme of chapter 5: ``none``, ``sinusoidal``, ``learned``,
     ``relative`` (Shaw et al., clip distance ``max_rel``), ``rope`` or ``alibi``.
@@ -204,3 +213,58 @@ class DecoderLM(nn.Module):
             next_id = torch.multinomial(probs, 1, generator=generator)
             idx = torch.cat([idx, next_id], dim=1)
         return idx
+
+
+class RNNClassifier(nn.Module):
+    """Read a sequence with a recurrent network, classify from its final hidden state — chapter 1.
+
+    h_t = tanh(x_t W_xh + h_{t−1} W_hh + b_h) for ``cell="rnn"`` (chapter 1, eq. (1.1)); ``"gru"`` and
+    ``"lstm"`` swap in gated cells.  Everything the classifier knows about the sequence must
+    survive in h_T.  ``forward(tokens)``: tokens ``(B, T)`` → logits ``(B, n_classes)``.
+    """
+
+    def __init__(self, vocab_size, n_classes, emb=32, hidden=64, cell="rnn"):
+        super().__init__()
+        cells = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
+        if cell not in cells:
+            raise ValueError(f"cell must be one of {sorted(cells)}, got {cell!r}")
+        self.emb = nn.Embedding(vocab_size, emb)
+        self.rnn = cells[cell](emb, hidden, batch_first=True)
+        self.out = nn.Linear(hidden, n_classes)
+
+    def forward(self, tokens):
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be (B, T) token ids, got shape {tuple(tokens.shape)}")
+        states, _ = self.rnn(self.emb(tokens))
+        return self.out(states[:, -1])
+
+
+class AttentionClassifier(nn.Module):
+    """One learned query attends over the token embeddings, then a linear read-out — chapter 1.
+
+    c = Σ_j α_j v_j with α = softmax(q·k_j / √d) over all T positions (chapter 2's "a query attends
+    to the values"): every position is one step away from the output, whatever T is.  No positions
+    are added, so it can only use what the tokens are, not where they are.  PAD tokens are masked.
+    ``forward(tokens)``: tokens ``(B, T)`` → logits ``(B, n_classes)``; the weights ``(B, 1, 1, T)``
+    of the last call are kept in ``.last_weights``.
+    """
+
+    def __init__(self, vocab_size, n_classes, d_model=32, n_heads=1):
+        super().__init__()
+        self.emb = nn.Embedding(vocab_size, d_model)
+        self.query = nn.Parameter(torch.randn(1, 1, d_model) / math.sqrt(d_model))
+        self.attn = MultiHeadAttention(d_model, n_heads)
+        self.attn.store_weights = True
+        self.out = nn.Linear(d_model, n_classes)
+
+    @property
+    def last_weights(self):
+        return getattr(self.attn, "last_weights", None)
+
+    def forward(self, tokens):
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be (B, T) token ids, got shape {tuple(tokens.shape)}")
+        x = self.emb(tokens)
+        q = self.query.expand(tokens.shape[0], 1, -1)
+        mask = (tokens != PAD_ID)[:, None, :]  # (B, 1, T): the one query may see every real token
+        return self.out(self.attn(q, context=x, mask=mask)[:, 0])

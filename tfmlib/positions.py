@@ -28,6 +28,22 @@ def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
     return pe.float()
 
 
+def sinusoidal_offset_matrix(k: int, d: int) -> torch.Tensor:
+    """``(d, d)`` matrix M_k with PE[p + k] = M_k PE[p] for every p — chapter 5, eq. (5.3).
+
+    Block diagonal: the pair (sin pω_i, cos pω_i), ω_i = 10000^(−2i/d), is turned by the angle kω_i,
+    block [[cos kω_i, sin kω_i], [−sin kω_i, cos kω_i]].  M_k depends on the offset k, never on p.
+    """
+    if d < 2 or d % 2:
+        raise ValueError(f"sinusoidal_offset_matrix needs an even d >= 2, got d={d}")
+    angle = k * 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    m = torch.zeros(d, d, dtype=torch.float64)
+    i = torch.arange(0, d, 2)
+    m[i, i], m[i, i + 1] = angle.cos(), angle.sin()
+    m[i + 1, i], m[i + 1, i + 1] = -angle.sin(), angle.cos()
+    return m
+
+
 class SinusoidalPositions(nn.Module):
     """Adds the fixed sinusoidal table to token embeddings: x ``(B, T, d)`` → ``(B, T, d)``."""
 
@@ -42,7 +58,7 @@ class SinusoidalPositions(nn.Module):
 
 
 class LearnedPositions(nn.Module):
-    """One trained vector per absolute position: x ``(B, T, d)`` → x + P[:T] — eq. (5.3).
+    """One trained vector per absolute position: x ``(B, T, d)`` → x + P[:T] — eq. (5.4).
 
     It has no vector for positions ≥ ``max_len``: longer inputs raise ValueError.
     """
@@ -97,7 +113,7 @@ def rope(x, base: float = 10000.0, offset: int = 0):
     """Rotary position embedding: rotate each feature pair (2i, 2i+1) of x ``(..., T, d)`` by angle
     p·θ_i, θ_i = base^(−2i/d), p = offset … offset+T−1 — Su et al. (2021).  Returns ``(..., T, d)``.
 
-    After rotation, q_p·k_r depends on p and r only through r − p.
+    After rotation, q_p·k_r depends on p and r only through r − p — chapter 5, eq. (5.7).
     """
     check_tensor("x", x, 2)
     t, d = x.shape[-2], x.shape[-1]
@@ -114,13 +130,23 @@ def rope(x, base: float = 10000.0, offset: int = 0):
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
-    """Head h (1-based) gets slope 2^(−8h/H): for 8 heads 1/2, 1/4, …, 1/256 — Press et al. (2022)."""
-    return 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)
+    """``(H,)`` slopes m_h of Press et al. (2022) — chapter 5, eq. (5.9).
+
+    For H a power of two, head h (1-based) gets m_h = 2^(−8h/H): 8 heads get 1/2, 1/4, …, 1/256.
+    Otherwise, as in the paper's code: the 2^a slopes of the largest power of two 2^a ≤ H, then the
+    odd-numbered slopes 2^(−8h/2^(a+1)), h = 1, 3, 5, …, of the 2^(a+1)-head sequence until there are H.
+    """
+    if not isinstance(n_heads, int) or n_heads < 1:
+        raise ValueError(f"n_heads must be a positive int, got {n_heads!r}")
+    p = 1 << (n_heads.bit_length() - 1)  # the largest power of two <= n_heads
+    slopes = 2.0 ** (-8.0 * torch.arange(1, p + 1) / p)
+    extra = 2.0 ** (-8.0 * torch.arange(1, 2 * p, 2) / (2 * p))
+    return torch.cat([slopes, extra[: n_heads - p]])
 
 
 def alibi_bias(n_heads: int, n: int, device=None) -> torch.Tensor:
     """``(H, n, n)`` additive score bias −slope_h · (i − j) for keys j ≤ i, and −slope_h·|i − j| above
-    the diagonal (masked away in causal use)."""
+    the diagonal (masked away in causal use) — chapter 5, eq. (5.8)."""
     pos = torch.arange(n, device=device)
     dist = (pos[:, None] - pos[None, :]).abs().float()
     return -alibi_slopes(n_heads).to(device)[:, None, None] * dist
@@ -130,6 +156,9 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
     """Multi-head attention whose queries and keys are rotated by ``rope`` in every head."""
 
     def attend(self, q, k, v, mask):
+        if q.shape[-2] != k.shape[-2]:
+            raise ValueError("rotary attention here is for self-attention from position 0: Tq must equal Tk, "
+                             f"got q {tuple(q.shape)} and k {tuple(k.shape)}")
         return super().attend(rope(q), rope(k), v, mask)
 
 

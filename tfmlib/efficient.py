@@ -1,0 +1,303 @@
+"""The cost of attention and cheaper ways to compute it — chapter 7.
+
+Sparse patterns of the notes as masks: ``sliding_window_mask``, ``global_mask``, ``random_mask``.
+A truly banded computation, O(n·w): ``banded_attention``.  Exact attention in O(n) extra memory with an
+online softmax: ``blockwise_attention``.  Decoding with a key/value cache: ``KVCache``,
+``forward_with_cache`` and ``generate_with_cache``.  Measuring: ``time_fn`` and ``peak_memory``.
+Mask convention as everywhere in tfmlib: boolean, ``True`` = this query may attend to this key.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from .attention import MultiHeadAttention, merge_heads, scaled_dot_product_attention, split_heads
+from .blocks import add_norm
+from .positions import LearnedPositions, SinusoidalPositions
+from .utils import check_tensor
+
+
+def _check_n(n):
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+
+
+# --- the notes' sparse patterns, as masks (chapter 7, section "Sparse attention") -----------------------------
+
+def sliding_window_mask(n: int, window: int, device=None) -> torch.Tensor:
+    """``(n, n)`` bool, True where |i − j| ≤ window: each query sees its 2w+1 neighbours — eq. (7.2)."""
+    _check_n(n)
+    if not isinstance(window, int) or window < 0:
+        raise ValueError(f"window must be an int >= 0, got {window!r}")
+    i = torch.arange(n, device=device)
+    return (i[:, None] - i[None, :]).abs() <= window
+
+
+def global_mask(n: int, global_idx, device=None) -> torch.Tensor:
+    """``(n, n)`` bool, True in every row and every column of the positions ``global_idx`` — eq. (7.3).
+
+    A global position attends to all positions, and all positions attend to it.
+    """
+    _check_n(n)
+    idx = torch.as_tensor(global_idx, dtype=torch.long, device=device).reshape(-1)
+    if len(idx) and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"global_idx must lie in [0, n={n}), got {idx.tolist()}")
+    is_global = torch.zeros(n, dtype=torch.bool, device=device)
+    is_global[idx] = True
+    return is_global[:, None] | is_global[None, :]
+
+
+def random_mask(n: int, n_random: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``(n, n)`` bool: each row has exactly ``n_random`` True keys, drawn without replacement — eq. (7.4).
+
+    The keys of each row are the first ``n_random`` entries of a random permutation drawn with ``generator``
+    (a CPU ``torch.Generator``; None uses the global seed).  The mask lives on the CPU.
+    """
+    _check_n(n)
+    if not isinstance(n_random, int) or not 0 <= n_random <= n:
+        raise ValueError(f"n_random must be an int in [0, n={n}], got {n_random!r}")
+    # argsort of i.i.d. uniforms is a uniformly random permutation of each row
+    keys = torch.rand(n, n, generator=generator).argsort(dim=-1)[:, :n_random]
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    return mask.scatter_(1, keys, True)
+
+
+def allowed_pairs(mask: torch.Tensor) -> int:
+    """Number of (query, key) pairs a mask allows: the work a sparse kernel would do, vs n² for dense."""
+    return int(mask.sum())
+
+
+# --- attention computed only on the band: O(n·w) time and memory ---------------------------------------------
+
+def banded_attention(q, k, v, window: int, scale: float | None = None):
+    """Attention of each query i to keys i−w … i+w only, computed without any (n, n) tensor — eq. (7.5).
+
+    q, k ``(..., T, D)``, v ``(..., T, Dv)`` (self-attention: same T).  Keys and values are padded by w on
+    both sides and ``unfold`` takes the 2w+1 neighbours of every position, so the scores are ``(..., T, 2w+1)``:
+    time and memory O(T·w·D).  Equals ``scaled_dot_product_attention(q, k, v, sliding_window_mask(T, w))``.
+    Returns out ``(..., T, Dv)``.
+    """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, x, 2)
+    if not (q.shape[:-1] == k.shape[:-1] == v.shape[:-1]) or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"banded_attention needs q, k (..., T, D) and v (..., T, Dv) with the same (..., T), "
+                         f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if not isinstance(window, int) or window < 0:
+        raise ValueError(f"window must be an int >= 0, got {window!r}")
+    t, w = q.shape[-2], window
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    # (..., T + 2w, D) → view (..., T, D, 2w+1): column r of row i is key i − w + r
+    k_win = F.pad(k, (0, 0, w, w)).unfold(-2, 2 * w + 1, 1)
+    v_win = F.pad(v, (0, 0, w, w)).unfold(-2, 2 * w + 1, 1)
+    scores = (q.unsqueeze(-2) @ k_win).squeeze(-2) * scale           # (..., T, 2w+1)
+    j = torch.arange(t, device=q.device)[:, None] - w + torch.arange(2 * w + 1, device=q.device)
+    scores = scores.masked_fill((j < 0) | (j >= t), float("-inf"))  # neighbours that fall off the ends
+    weights = torch.softmax(scores, dim=-1)
+    return (v_win @ weights.unsqueeze(-1)).squeeze(-1)               # (..., T, Dv)
+
+
+# --- exact attention, keys in blocks, online softmax: O(n) extra memory -----------------------------------------
+
+def blockwise_attention(q, k, v, block_size: int, scale: float | None = None):
+    """softmax(q kᵀ / √D) v with the keys processed ``block_size`` at a time — eq. (7.6)–(7.8).
+
+    q ``(..., Tq, D)``, k ``(..., Tk, D)``, v ``(..., Tk, Dv)``; leading dimensions broadcast.
+    For each block the running row maximum m, the running denominator ℓ and the unnormalised output are
+    rescaled by exp(m_old − m_new) (the online softmax, Milakov & Gimelshein 2018), so the result equals
+    unmasked ``scaled_dot_product_attention`` up to rounding while the largest score tensor held is
+    ``(..., Tq, block_size)``, never ``(..., Tq, Tk)``.  Returns out ``(..., Tq, Dv)`` (no weights).
+    """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, x, 2)
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"blockwise_attention needs q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv), "
+                         f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    rows = (*batch, q.shape[-2])
+    m = torch.full((*rows, 1), float("-inf"), dtype=q.dtype, device=q.device)   # running max
+    denom = torch.zeros((*rows, 1), dtype=q.dtype, device=q.device)             # running Σ exp
+    acc = torch.zeros((*rows, v.shape[-1]), dtype=q.dtype, device=q.device)     # running Σ exp · v
+    for start in range(0, k.shape[-2], block_size):
+        k_blk, v_blk = k[..., start:start + block_size, :], v[..., start:start + block_size, :]
+        s = (q @ k_blk.transpose(-2, -1)) * scale                           # (..., Tq, b)
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        p = torch.exp(s - m_new)
+        correction = torch.exp(m - m_new)                                   # 0 on the first block
+        denom = denom * correction + p.sum(dim=-1, keepdim=True)
+        acc = acc * correction + p @ v_blk
+        m = m_new
+    return acc / denom
+
+
+# --- decoding with a key/value cache -----------------------------------------------------------------------------
+
+class KVCache:
+    """The keys and values of every layer for the tokens decoded so far — chapter 7, section "KV cache".
+
+    ``k`` and ``v`` are ``(n_layers, B, H, max_len, d_head)``, preallocated; ``length`` tokens are filled.
+    """
+
+    def __init__(self, model, batch_size: int, max_len: int, device=None, dtype=None):
+        attn = model.blocks[0].self_attn
+        p = next(model.parameters())
+        shape = (len(model.blocks), batch_size, attn.n_heads, max_len, attn.d_head)
+        self.k = torch.zeros(shape, device=device or p.device, dtype=dtype or p.dtype)
+        self.v = torch.zeros_like(self.k)
+        self.length, self.max_len = 0, max_len
+
+    def append(self, layer: int, k, v):
+        """Store k, v ``(B, H, T_new, d_head)`` after the ``length`` cached ones; return all keys and values."""
+        end = self.length + k.shape[-2]
+        if end > self.max_len:
+            raise ValueError(f"the cache holds max_len={self.max_len} tokens, {end} were asked for")
+        self.k[layer, :, :, self.length:end] = k
+        self.v[layer, :, :, self.length:end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+
+def _check_cache_model(model):
+    if getattr(model, "pos_scheme", None) not in ("none", "sinusoidal", "learned"):
+        raise ValueError("the KV cache supports DecoderLM with pos='none', 'sinusoidal' or 'learned', "
+                         f"got pos={getattr(model, 'pos_scheme', None)!r}")
+    if any(type(b.self_attn) is not MultiHeadAttention for b in model.blocks):
+        raise ValueError("the KV cache needs plain MultiHeadAttention in every block")
+
+
+def _embed(model, idx, start: int):
+    """Token embeddings plus absolute positions start … start+T−1: idx ``(B, T)`` → ``(B, T, d)``."""
+    x = model.tok_emb(idx)
+    pos = torch.arange(start, start + idx.shape[1], device=idx.device)
+    if isinstance(model.pos, SinusoidalPositions):
+        x = x + model.pos.table[pos].to(x.dtype)
+    elif isinstance(model.pos, LearnedPositions):
+        if start + idx.shape[1] > model.pos.table.num_embeddings:
+            raise ValueError(f"positions up to {start + idx.shape[1]} exceed the "
+                             f"{model.pos.table.num_embeddings} learned positions")
+        x = x + model.pos.table(pos)
+    return model.drop(x)
+
+
+def _cached_self_attention(attn, h, cache: KVCache, layer: int):
+    """The block's MultiHeadAttention on new tokens h ``(B, T_new, d)``, keys/values from the cache."""
+    q = split_heads(attn.q_proj(h), attn.n_heads)
+    k, v = cache.append(layer, split_heads(attn.k_proj(h), attn.n_heads),
+                        split_heads(attn.v_proj(h), attn.n_heads))
+    t_new, t_all = q.shape[-2], k.shape[-2]
+    # new token i sits at position t_all − t_new + i and may see keys j ≤ that position
+    mask = torch.ones(t_new, t_all, dtype=torch.bool, device=h.device).tril(diagonal=t_all - t_new)
+    out, _ = scaled_dot_product_attention(q, k, v, mask=mask)
+    return attn.out_proj(merge_heads(out))
+
+
+def forward_with_cache(model, idx, cache: KVCache):
+    """Run ``model`` (a ``DecoderLM``) on the new tokens idx ``(B, T_new)`` only — eq. (7.9).
+
+    The new tokens take positions ``cache.length`` … ``cache.length + T_new − 1``; their keys and values
+    are appended to ``cache`` and they attend to every cached token before them.  Returns logits
+    ``(B, T_new, vocab)``, the same as the last T_new rows of ``model(all tokens so far)``.
+    """
+    _check_cache_model(model)
+    if idx.dim() != 2:
+        raise ValueError(f"idx must be (B, T) token ids, got shape {tuple(idx.shape)}")
+    x = _embed(model, idx, cache.length)
+    for layer, block in enumerate(model.blocks):
+        x = _cached_block(block, x, cache, layer)
+    cache.length += idx.shape[1]
+    return model.head(model.norm(x))
+
+
+def _cached_block(block, x, cache, layer):
+    """One decoder-only block (masked self-attention, FFN, each in Add & Norm) using the cache."""
+    x = add_norm(x, lambda h: _cached_self_attention(block.self_attn, h, cache, layer),
+                 block.norm1, block.drop1, block.norm_first)
+    return add_norm(x, block.ff, block.norm3, block.drop3, block.norm_first)
+
+
+@torch.no_grad()
+def generate_with_cache(model, idx, max_new_tokens: int):
+    """Greedy decoding with a KV cache: idx ``(B, T)`` → ``(B, T + max_new_tokens)``.
+
+    The prompt is run once; each later step feeds one token and reuses the cached keys and values, so a
+    step costs O(t·d) attention + O(d²) projections instead of a full forward pass over t tokens.
+    Gives the same tokens as ``model.generate(idx, max_new_tokens, top_k=1)``.
+    """
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    cache = KVCache(model, idx.shape[0], idx.shape[1] + max_new_tokens, device=idx.device)
+    logits = forward_with_cache(model, idx, cache)
+    for _ in range(max_new_tokens):
+        next_id = logits[:, -1].argmax(dim=-1, keepdim=True)
+        idx = torch.cat([idx, next_id], dim=1)
+        if cache.length < cache.max_len:
+            logits = forward_with_cache(model, next_id, cache)
+    return idx
+
+
+# --- measuring ---------------------------------------------------------------------------------------------------
+
+def time_fn(fn, repeats: int = 5, warmup: int = 1) -> float:
+    """Best (smallest) wall time of ``fn()`` in seconds over ``repeats`` runs, after ``warmup`` runs.
+
+    The minimum is the run least disturbed by other programs on the machine.
+    """
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence file descriptor 2 for a moment: the profiler's C++ side logs its start and stop there."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def peak_memory(fn, device=None) -> int:
+    """Peak bytes of tensors allocated while ``fn()`` runs, above what was allocated before.
+
+    On CUDA: ``torch.cuda.max_memory_allocated``.  On the CPU, PyTorch keeps no such counter, so the
+    profiler records every allocation and free (``profile_memory=True``) and we replay them in time order.
+    Python's ``tracemalloc`` would not see tensor memory at all.
+    """
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - base
+    from torch.profiler import ProfilerActivity, profile
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    live = peak = 0
+    for e in events:  # allocations are booked on the op that made them, frees on "[memory]" events
+        live += e.self_cpu_memory_usage
+        peak = max(peak, live)
+    return peak
