@@ -104,8 +104,9 @@ def bwrap_command(connection_file: str, workdir: str) -> list[str]:
         cmd.insert(1, "--unshare-user")
     for k, v in env.items():
         cmd += ["--setenv", k, v]
-    cmd += system_binds() + python_binds()
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    # /tmp first, so that an installation or course living under /tmp is bound on top of it.
+    cmd += system_binds() + ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    cmd += python_binds()
     cmd += parent_dirs(sockets) + ["--bind", sockets, sockets]
     cmd += parent_dirs(connection_file) + ["--ro-bind", connection_file, connection_file]
     cmd += parent_dirs(workdir) + ["--bind", workdir, workdir, "--chdir", workdir]
