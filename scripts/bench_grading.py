@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Benchmark the hardened grading: a generated class of 200 submissions (25 per assignment: correct
-ones in four styles, wrong ones, every attack) graded with scripts/grade.py, one batch per assignment.
+ones in four styles, wrong ones, every attack, invalid files) graded with scripts/grade.py, one batch
+per assignment.
 
-    python scripts/bench_grading.py [--copies 1] [--keep DIR]
+    python scripts/bench_grading.py [--per-assignment 25] [--keep DIR]
 
 Prints, per assignment, the median and total seconds per submission and whether every outcome was as
 expected (correct: full marks; wrong or hostile: less), then the class totals.  Takes about 20 minutes
@@ -30,7 +31,8 @@ def main(argv=None) -> int:
     from make_class import make_class
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--copies", type=int, default=1, help="copies of the 25 kinds per assignment")
+    parser.add_argument("--per-assignment", type=int, default=25,
+                        help="submissions per assignment (default 25: 8 assignments make a class of 200)")
     parser.add_argument("--keep", type=Path, help="build the course here and keep it")
     args = parser.parse_args(argv)
     course = args.keep or Path(tempfile.mkdtemp(prefix="bench-grading-"))
@@ -41,7 +43,15 @@ def main(argv=None) -> int:
     for a in ASSIGNMENTS:
         subprocess.run(["nbgrader", "generate_assignment", a, "--force"], cwd=course, env=env, check=True,
                        capture_output=True)
-    expected = make_class(course, ASSIGNMENTS, copies=args.copies)
+    # make_class writes 22 kinds per copy; take whole copies, then trim each assignment to the size asked
+    # for, keeping the kinds in the order they were written (every kind once before any repeats).
+    per = args.per_assignment
+    expected = make_class(course, ASSIGNMENTS, copies=-(-per // 22))
+    for a in ASSIGNMENTS:
+        mine = sorted((s for s, e in expected.items() if e["assignment"] == a), key=lambda s: (s.split("-")[0], s))
+        for student in mine[per:]:
+            shutil.rmtree(course / "submitted" / student)
+            del expected[student]
     print(f"{len(expected)} submissions in {course}")
     all_seconds, wrong, start = [], [], time.monotonic()
     for a in ASSIGNMENTS:
