@@ -1,5 +1,4 @@
 """tfmlib.attention checked against PyTorch's own attention, never against a copy of our code."""
-import math
 
 import pytest
 import torch

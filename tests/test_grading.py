@@ -1,7 +1,6 @@
 """The hardened grading set-up (scripts/grading): sandbox, scan, and a whole class graded in batches."""
 import csv
 import hashlib
-import json
 import os
 import shutil
 import sqlite3

@@ -115,7 +115,7 @@ def test_fit_chinchilla_is_robust_to_small_noise():
 
 def _brute_force_stationary(src):
     """Dense context-to-context matrix built by loops; π as its left eigenvector for eigenvalue 1."""
-    v, k = src.vocab_size, src.order
+    v = src.vocab_size
     m = np.zeros((src.n_contexts, src.n_contexts))
     for c in range(src.n_contexts):
         for x in range(v):

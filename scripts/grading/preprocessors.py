@@ -14,7 +14,6 @@ learner's reach); the batch command ``scripts/grade.py`` turns those into the pe
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
