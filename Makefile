@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: book test test-fast lab release clean venv
+.PHONY: book test test-fast lab lab-instructor check validate release clean venv
 
 venv: $(STAMP)
 
@@ -27,9 +27,31 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -m "not slow and not browser"
 
-## lab: JupyterLab on the exercises, with nbgrader's Validate button
+## lab: JupyterLab on the whole course (chapters in book/, exercises in notebooks/), with nbgrader's Validate
+## button and no instructor tools.  Configuration: scripts/lab/ (see book/appendix/how_to_take.md).
 lab: $(STAMP)
-	cd notebooks && PATH="$(CURDIR)/$(BIN):$$PATH" ../$(BIN)/jupyter lab
+	PATH="$(CURDIR)/$(BIN):$$PATH" JUPYTER_CONFIG_PATH="$(CURDIR)/scripts/lab/learner$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	  $(BIN)/jupyter lab $(LAB_ARGS)
+
+## lab-instructor: the same JupyterLab with nbgrader's Formgrader, Create Assignment and exchange tools
+lab-instructor: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" JUPYTER_CONFIG_PATH="$(CURDIR)/scripts/lab/instructor$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	  $(BIN)/jupyter lab $(LAB_ARGS)
+
+## check: self-check an exercise with its visible AND hidden tests: `make check 03` or `make check A=03`
+## validate: nbgrader's Validate on the exercise's notebook, failing (exit 1) when a test fails: `make validate 03`
+CHECK_ARGS := $(filter-out check validate,$(MAKECMDGOALS))
+check: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python scripts/check.py $(or $(A),$(CHECK_ARGS))
+
+validate: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python scripts/check.py --validate $(or $(A),$(CHECK_ARGS))
+
+# `make check 03`: the exercise number is a goal of its own; let it do nothing.
+ifneq ($(filter check validate,$(MAKECMDGOALS)),)
+$(CHECK_ARGS):
+	@:
+endif
 
 ## release: regenerate notebooks/ (the learners' versions) from solutions/ with nbgrader
 release: $(STAMP)

@@ -1,0 +1,21 @@
+"""Settings shared by the learner's and the instructor's JupyterLab (loaded by their jupyter_server_config.py).
+
+`make lab` / `make lab-instructor` put scripts/lab/learner or scripts/lab/instructor first on
+JUPYTER_CONFIG_PATH (Jupyter's documented search path for config files), so these settings apply wherever
+the server is started from, and the learner's own ~/.jupyter keeps their settings and workspaces.
+"""
+import os
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def configure(c):
+    # One JupyterLab on the whole repository: chapters (book/*.md) and exercises (notebooks/) side by side.
+    c.ServerApp.root_dir = REPO
+    # Defaults for the document manager (scripts/lab/settings/overrides.json): Markdown files -- the
+    # chapters are MyST notebooks -- open as Jupytext notebooks on a double click.  A learner can still
+    # change this in Settings; their choice is kept in ~/.jupyter/lab/user-settings.
+    c.LabApp.app_settings_dir = os.path.join(REPO, "scripts", "lab", "settings")
+    # Containers often run as root; Jupyter refuses to start as root without this flag.
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        c.ServerApp.allow_root = True

@@ -1,0 +1,16 @@
+# JupyterLab for instructors (`make lab-instructor`): everything nbgrader offers, the Formgrader included,
+# on the course in this repository (instructor/nbgrader_config.py sets the course root).
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from common import configure  # noqa: E402  (scripts/lab/common.py)
+
+c = get_config()  # noqa: F821
+configure(c)
+c.ServerApp.jpserver_extensions = {
+    "nbgrader.server_extensions.validate_assignment": True,
+    "nbgrader.server_extensions.formgrader": True,
+    "nbgrader.server_extensions.assignment_list": True,
+    "nbgrader.server_extensions.course_list": True,
+}

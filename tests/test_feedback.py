@@ -1,0 +1,366 @@
+"""Feedback that names the mistake (issue 11): every mistake of tfmlib/feedback.py's catalogue is written into the
+learner's notebook as a wrong answer, the notebook's test cells run (visible and hidden, as in solutions/), and the
+first failing test must name that mistake: its one-sentence diagnosis and the line of the formula involved.
+
+Also: the solutions pass; a wrong answer the catalogue does not know gets the plain numbers and no guessed cause;
+a diagnosis never needs the learner's function (it only reads the recorded result); and in a real IPython kernel
+the traceback of a failure shows the test cell's line, not tfmlib's internals.
+
+The notebooks run in this process (exec of the cells in order, the way `make check` runs them in a kernel): about
+a second per wrong answer.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_exercises import make_submission, _nbg  # noqa: E402
+
+from tfmlib import checking as check  # noqa: E402
+from tfmlib import feedback  # noqa: E402
+
+ASSIGNMENT = {
+    "rnn_forward": "01_rnn_limits", "grad_norm_by_distance": "01_rnn_limits", "attention_step": "02_attention",
+    "scaled_dot_product_attention": "03_self_attention", "causal_mask": "03_self_attention",
+    "self_attention": "03_self_attention", "split_heads": "04_multi_head", "merge_heads": "04_multi_head",
+    "multi_head_attention": "04_multi_head", "sinusoidal_positions": "05_positions",
+    "relative_position_index": "05_positions", "relative_attention_scores": "05_positions",
+    "padding_mask": "06_encoder_decoder", "decoder_mask": "06_encoder_decoder", "layer_norm": "06_encoder_decoder",
+    "decoder_block": "06_encoder_decoder", "sliding_window_mask": "07_efficiency", "global_mask": "07_efficiency",
+    "blockwise_attention": "07_efficiency", "chinchilla_loss": "08_scaling_laws", "compute_optimal": "08_scaling_laws",
+    "fit_power_law": "08_scaling_laws",
+}
+
+
+def sub(old, new):
+    return ("sub", old, new)
+
+
+def body(grade_id, code):
+    return ("body", grade_id, code)
+
+
+STEP_SIMPLE = '''    scores = (keys @ query.unsqueeze(-1)).squeeze(-1)
+    if mask is not None:
+        scores = scores.masked_fill({fill}, {value})
+    weights = torch.softmax(scores, dim=-1)
+    return (weights.unsqueeze(-1) * values).sum(dim=1), weights'''
+SDPA_SIMPLE = '''    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill({fill}, {value})
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights'''
+MHA_OWN = '''    b, t, d = x.shape
+    def split(y):
+        return {split}
+    q, k, v = split(x @ W_q), split(x @ W_k), split(x @ W_v)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    o = torch.softmax(scores, dim=-1) @ v
+    return {merge} @ W_o'''
+SIN_SWAPPED = '''    p = torch.arange(n, dtype=torch.float64)[:, None]
+    freq = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    pe = torch.zeros(n, d, dtype=torch.float64)
+    pe[:, 0::2] = torch.cos(p * freq)
+    pe[:, 1::2] = torch.sin(p * freq)
+    return pe.float()'''
+
+# (function, mistake) -> the edits of the solution that make that mistake (tests/test_exercises.py's format)
+WRONG = {
+    ("rnn_forward", "ignores_h0"): [sub("    h = h0\n", "    h = torch.zeros_like(h0)\n")],
+    ("rnn_forward", "no_tanh"): [sub("h = torch.tanh(x[:, t] @ W_xh + h @ W_hh + b_h)", "h = x[:, t] @ W_xh + h @ W_hh + b_h")],
+    ("rnn_forward", "no_bias"): [sub("h = torch.tanh(x[:, t] @ W_xh + h @ W_hh + b_h)", "h = torch.tanh(x[:, t] @ W_xh + h @ W_hh)")],
+    ("rnn_forward", "W_hh_transposed"): [sub("h @ W_hh + b_h", "h @ W_hh.T + b_h")],
+    ("rnn_forward", "states_shifted"): [sub("        h = torch.tanh(x[:, t] @ W_xh + h @ W_hh + b_h)\n        states.append(h)\n",
+                                            "        states.append(h)\n        h = torch.tanh(x[:, t] @ W_xh + h @ W_hh + b_h)\n")],
+    ("grad_norm_by_distance", "no_sqrt"): [sub("grad.pow(2).sum(dim=(0, 2)).sqrt()", "grad.pow(2).sum(dim=(0, 2))")],
+    ("grad_norm_by_distance", "l1_norm"): [sub("grad.pow(2).sum(dim=(0, 2)).sqrt()", "grad.abs().sum(dim=(0, 2))")],
+    ("grad_norm_by_distance", "gradient_of_all_states"): [sub("torch.autograd.grad(h_T.sum(), x)",
+                                                              "torch.autograd.grad(rnn_forward(x, h0, W_xh, W_hh, b_h)[0].sum(), x)")],
+    ("grad_norm_by_distance", "reversed"): [sub("grad.pow(2).sum(dim=(0, 2)).sqrt()", "grad.pow(2).sum(dim=(0, 2)).sqrt().flip(0)")],
+    ("attention_step", "scaled"): [sub("(keys @ query.unsqueeze(-1)).squeeze(-1)",
+                                       "(keys @ query.unsqueeze(-1)).squeeze(-1) / math.sqrt(query.shape[-1])")],
+    ("attention_step", "softmax_over_batch"): [sub("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=0)")],
+    ("attention_step", "mask_inverted"): [body("attention_step", STEP_SIMPLE.format(fill="mask", value='float("-inf")'))],
+    ("attention_step", "mask_ignored"): [body("attention_step", STEP_SIMPLE.format(fill="mask", value="0.0").replace(
+        "    if mask is not None:\n        scores = scores.masked_fill(mask, 0.0)\n", ""))],
+    ("attention_step", "mask_after_softmax"): [sub('        scores = scores.masked_fill(~mask, float("-inf"))\n', "")],
+    ("attention_step", "masked_row_nan"): [body("attention_step", STEP_SIMPLE.format(fill="~mask", value='float("-inf")'))],
+    ("attention_step", "masked_row_uniform"): [body("attention_step", STEP_SIMPLE.format(fill="~mask", value="-1e9"))],
+    ("scaled_dot_product_attention", "no_scaling"): [sub("q @ k.transpose(-2, -1) / math.sqrt(d_k)", "q @ k.transpose(-2, -1)")],
+    ("scaled_dot_product_attention", "scaled_by_d"): [sub("/ math.sqrt(d_k)", "/ d_k")],
+    ("scaled_dot_product_attention", "softmax_over_queries"): [sub("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-2)")],
+    ("scaled_dot_product_attention", "mask_inverted"): [body("sdpa", SDPA_SIMPLE.format(fill="mask", value='float("-inf")'))],
+    ("scaled_dot_product_attention", "mask_ignored"): [body("sdpa", SDPA_SIMPLE.format(fill="mask", value="0").replace(
+        "    if mask is not None:\n        scores = scores.masked_fill(mask, 0)\n", ""))],
+    ("scaled_dot_product_attention", "mask_after_softmax"): [sub('        scores = scores.masked_fill(~mask, float("-inf"))\n', "")],
+    ("scaled_dot_product_attention", "masked_row_nan"): [body("sdpa", SDPA_SIMPLE.format(fill="~mask", value='float("-inf")'))],
+    ("scaled_dot_product_attention", "masked_row_uniform"): [body("sdpa", SDPA_SIMPLE.format(fill="~mask", value="-1e9"))],
+    ("causal_mask", "diagonal_excluded"): [sub("dtype=torch.bool).tril()", "dtype=torch.bool).tril(-1)")],
+    ("causal_mask", "upper_triangle"): [sub("dtype=torch.bool).tril()", "dtype=torch.bool).triu()")],
+    ("causal_mask", "not_bool"): [sub("torch.ones(n, n, dtype=torch.bool).tril()", "torch.ones(n, n).tril()")],
+    ("self_attention", "weights_transposed"): [sub("scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask)",
+                                                   "scaled_dot_product_attention(x @ W_q.T, x @ W_k.T, x @ W_v.T, mask)")],
+    ("self_attention", "q_k_swapped"): [sub("scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask)",
+                                            "scaled_dot_product_attention(x @ W_k, x @ W_q, x @ W_v, mask)")],
+    ("self_attention", "values_from_W_k"): [sub("scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask)",
+                                                "scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_k, mask)")],
+    ("self_attention", "mask_not_passed"): [sub("scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask)",
+                                                "scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v)")],
+    ("self_attention", "no_scaling"): [body("self_attention", '''    Q, K, V = x @ W_q, x @ W_k, x @ W_v
+    scores = Q @ K.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ V, weights''')],
+    ("split_heads", "interleaved"): [sub("x.view(b, t, n_heads, d // n_heads).transpose(1, 2)",
+                                         "x.view(b, t, d // n_heads, n_heads).permute(0, 3, 1, 2)")],
+    ("split_heads", "no_transpose"): [sub("x.view(b, t, n_heads, d // n_heads).transpose(1, 2)", "x.view(b, t, n_heads, d // n_heads)")],
+    ("split_heads", "reshape_without_transpose"): [sub("x.view(b, t, n_heads, d // n_heads).transpose(1, 2)",
+                                                       "x.reshape(b, n_heads, t, d // n_heads)")],
+    ("merge_heads", "no_transpose"): [sub("x.transpose(1, 2).reshape(b, t, h * d_h)", "x.reshape(b, t, h * d_h)")],
+    ("merge_heads", "interleaved"): [sub("x.transpose(1, 2).reshape(b, t, h * d_h)", "x.permute(0, 2, 3, 1).reshape(b, t, h * d_h)")],
+    ("multi_head_attention", "scaled_by_d_model"): [sub("/ math.sqrt(q.shape[-1])", "/ math.sqrt(x.shape[-1])")],
+    ("multi_head_attention", "no_scaling"): [sub(" / math.sqrt(q.shape[-1])", "")],
+    ("multi_head_attention", "interleaved_split"): [body("multi_head_attention", MHA_OWN.format(
+        split="y.view(b, t, d // n_heads, n_heads).permute(0, 3, 1, 2)", merge="merge_heads(o)"))],
+    ("multi_head_attention", "merge_without_transpose"): [body("multi_head_attention", MHA_OWN.format(
+        split="y.view(b, t, n_heads, d // n_heads).transpose(1, 2)", merge="o.reshape(b, t, d)"))],
+    ("multi_head_attention", "no_output_projection"): [sub("merge_heads(weights @ v) @ W_o", "merge_heads(weights @ v)")],
+    ("multi_head_attention", "weights_transposed"): [sub("x @ W_q", "x @ W_q.T"), sub("x @ W_k", "x @ W_k.T"),
+                                                     sub("x @ W_v", "x @ W_v.T"), sub("@ W_o\n", "@ W_o.T\n")],
+    ("multi_head_attention", "softmax_over_queries"): [sub("weights = torch.softmax(scores, dim=-1)\n    return merge_heads",
+                                                           "weights = torch.softmax(scores, dim=-2)\n    return merge_heads")],
+    ("multi_head_attention", "mask_inverted"): [sub('scores.masked_fill(~mask, float("-inf"))\n    weights = torch.softmax(scores, dim=-1)\n    return merge',
+                                                    'scores.masked_fill(mask, float("-inf"))\n    weights = torch.softmax(scores, dim=-1)\n    return merge')],
+    ("multi_head_attention", "mask_ignored"): [sub('scores = scores.masked_fill(~mask, float("-inf"))\n    weights = torch.softmax(scores, dim=-1)\n    return merge',
+                                                   'pass\n    weights = torch.softmax(scores, dim=-1)\n    return merge')],
+    ("sinusoidal_positions", "sin_cos_swapped"): [body("sinusoidal", SIN_SWAPPED)],
+    ("sinusoidal_positions", "halves"): [sub("pe[:, 0::2] = torch.sin(p * freq)", "pe[:, :d // 2] = torch.sin(p * freq)"),
+                                         sub("pe[:, 1::2] = torch.cos(p * freq)", "pe[:, d // 2:] = torch.cos(p * freq)")],
+    ("sinusoidal_positions", "exponent_feature_index"): [sub("10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)",
+                                                             "10000.0 ** (-2 * torch.arange(0, d, 2, dtype=torch.float64) / d)")],
+    ("sinusoidal_positions", "multiplied"): [sub("torch.sin(p * freq)", "torch.sin(p / freq)"), sub("torch.cos(p * freq)", "torch.cos(p / freq)")],
+    ("sinusoidal_positions", "float64"): [sub("return pe.float()", "return pe")],
+    ("relative_position_index", "reversed"): [sub("(pos[None, :] - pos[:, None])", "(pos[:, None] - pos[None, :])")],
+    ("relative_position_index", "no_clip"): [sub(".clamp(-k, k) + k", " + k")],
+    ("relative_position_index", "no_offset"): [sub(".clamp(-k, k) + k", ".clamp(-k, k)")],
+    ("relative_position_index", "not_long"): [sub(".clamp(-k, k) + k", ".clamp(-k, k).float() + k")],
+    ("relative_attention_scores", "no_scaling"): [sub("return (content + position) / math.sqrt(d)", "return content + position")],
+    ("relative_attention_scores", "scale_content_only"): [sub("return (content + position) / math.sqrt(d)",
+                                                              "return content / math.sqrt(d) + position")],
+    ("relative_attention_scores", "no_position_term"): [sub("return (content + position) / math.sqrt(d)", "return content / math.sqrt(d)")],
+    ("relative_attention_scores", "a_k_transposed"): [sub("(q.unsqueeze(-2) * a_k)", "(q.unsqueeze(-2) * a_k.transpose(0, 1))")],
+    ("relative_attention_scores", "position_uses_key"): [sub("(q.unsqueeze(-2) * a_k)", "(k.unsqueeze(-3) * a_k)")],
+    ("padding_mask", "inverted"): [sub("torch.arange(max_len)[None, :] < lengths[:, None]", "torch.arange(max_len)[None, :] >= lengths[:, None]")],
+    ("padding_mask", "off_by_one"): [sub("torch.arange(max_len)[None, :] < lengths[:, None]", "torch.arange(max_len)[None, :] <= lengths[:, None]")],
+    ("padding_mask", "ignores_lengths"): [sub("torch.arange(max_len)[None, :] < lengths[:, None]",
+                                              "torch.ones(len(lengths), max_len, dtype=torch.bool)")],
+    ("decoder_mask", "padding_on_queries"): [sub("padding_mask(lengths, max_len)[:, None, None, :]", "padding_mask(lengths, max_len)[:, None, :, None]")],
+    ("decoder_mask", "diagonal_excluded"): [sub("dtype=torch.bool).tril()", "dtype=torch.bool).tril(-1)")],
+    ("decoder_mask", "ignores_lengths"): [sub("return padding_mask(lengths, max_len)[:, None, None, :] & causal",
+                                              "return causal.repeat(len(lengths), 1, 1, 1)")],
+    ("decoder_mask", "not_causal"): [sub("return padding_mask(lengths, max_len)[:, None, None, :] & causal",
+                                         "return padding_mask(lengths, max_len)[:, None, None, :].expand(-1, 1, max_len, -1)")],
+    ("decoder_mask", "or_instead_of_and"): [sub("[:, None, None, :] & causal", "[:, None, None, :] | causal")],
+    ("decoder_mask", "no_head_dimension"): [sub("[:, None, None, :] & causal", "[:, None, :] & causal")],
+    ("layer_norm", "unbiased_variance"): [sub("((x - mean) ** 2).mean(dim=-1, keepdim=True)", "x.var(dim=-1, keepdim=True, unbiased=True)")],
+    ("layer_norm", "eps_outside_sqrt"): [sub("torch.sqrt(var + eps)", "(torch.sqrt(var) + eps)")],
+    ("layer_norm", "no_sqrt"): [sub("torch.sqrt(var + eps)", "(var + eps)")],
+    ("layer_norm", "gamma_beta_swapped"): [sub("return gamma * (x - mean) / torch.sqrt(var + eps) + beta",
+                                               "return beta * (x - mean) / torch.sqrt(var + eps) + gamma")],
+    ("layer_norm", "wrong_dimension"): [sub("dim=-1, keepdim=True)", "dim=0, keepdim=True)")],
+    ("decoder_block", "pre_norm"): [body("decoder_block", '''    h = x + self_attn(layer_norm(x, gamma1, beta1, eps), mask)
+    return h + feed_forward(layer_norm(h, gamma2, beta2, eps))''')],
+    ("decoder_block", "no_residual"): [body("decoder_block", '''    h = layer_norm(self_attn(x, mask), gamma1, beta1, eps)
+    return layer_norm(feed_forward(h), gamma2, beta2, eps)''')],
+    ("decoder_block", "ffn_on_x"): [sub("h + feed_forward(h)", "h + feed_forward(x)")],
+    ("decoder_block", "same_norm_twice"): [sub("feed_forward(h), gamma2, beta2, eps)", "feed_forward(h), gamma1, beta1, eps)")],
+    ("decoder_block", "missing_second_norm"): [sub("return layer_norm(h + feed_forward(h), gamma2, beta2, eps)", "return h + feed_forward(h)")],
+    ("sliding_window_mask", "strict"): [sub("<= window", "< window")],
+    ("sliding_window_mask", "one_sided"): [sub("return (pos[:, None] - pos[None, :]).abs() <= window",
+                                               "diff = pos[:, None] - pos[None, :]\n    return (diff >= 0) & (diff <= window)")],
+    ("sliding_window_mask", "no_abs"): [sub(".abs() <= window", " <= window")],
+    ("sliding_window_mask", "window_doubled"): [sub("<= window", "<= 2 * window")],
+    ("global_mask", "rows_only"): [sub("    mask[:, idx] = True\n", "")],
+    ("global_mask", "columns_only"): [sub("    mask[idx, :] = True\n", "")],
+    ("global_mask", "diagonal_added"): [sub("    return mask\n", "    return mask | torch.eye(n, dtype=torch.bool)\n")],
+    ("blockwise_attention", "no_rescale"): [sub("l = l * correction + ", "l = l + "), sub("acc = acc * correction + ", "acc = acc + ")],
+    ("blockwise_attention", "rescale_sum_only"): [sub("acc = acc * correction + ", "acc = acc + ")],
+    ("blockwise_attention", "rescale_output_only"): [sub("l = l * correction + ", "l = l + ")],
+    ("blockwise_attention", "no_final_division"): [sub("return acc / l", "return acc")],
+    ("blockwise_attention", "no_scaling"): [sub(".transpose(-2, -1) * scale", ".transpose(-2, -1)")],
+    ("chinchilla_loss", "exponents_swapped"): [sub('p["A"] / N ** p["alpha"] + p["B"] / D ** p["beta"]',
+                                                   'p["A"] / N ** p["beta"] + p["B"] / D ** p["alpha"]')],
+    ("chinchilla_loss", "no_E"): [sub('return p["E"] + ', "return ")],
+    ("chinchilla_loss", "multiplied"): [sub('p["A"] / N ** p["alpha"] + p["B"] / D ** p["beta"]',
+                                            'p["A"] * N ** p["alpha"] + p["B"] * D ** p["beta"]')],
+    ("chinchilla_loss", "perplexity"): [sub('return p["E"] + p["A"] / N ** p["alpha"] + p["B"] / D ** p["beta"]',
+                                            'return math.exp(p["E"] + p["A"] / N ** p["alpha"] + p["B"] / D ** p["beta"])')],
+    ("chinchilla_loss", "ignores_params"): [sub("    p = NOTES_PARAMS if params is None else params\n    return p",
+                                                "    p = NOTES_PARAMS\n    return p")],
+    ("compute_optimal", "twenty_tokens_per_parameter"): [body("compute_optimal", "    N = (C / 120) ** 0.5\n    return N, 20 * N")],
+    ("compute_optimal", "exponent_swapped"): [sub("(C / 6) ** (b / (a + b))", "(C / 6) ** (a / (a + b))")],
+    ("compute_optimal", "G_inverted"): [sub('(a * p["A"] / (b * p["B"]))', '(b * p["B"] / (a * p["A"]))')],
+    ("compute_optimal", "C_not_divided_by_6"): [sub("G * (C / 6) **", "G * C **")],
+    ("compute_optimal", "returns_D_N"): [sub("    return N, D\n", "    return D, N\n")],
+    ("fit_power_law", "returns_log_k"): [sub("k = torch.exp(w.mean() - c * u.mean())", "k = w.mean() - c * u.mean()")],
+    ("fit_power_law", "returns_c_k"): [sub("return k.item(), c.item()", "return c.item(), k.item()")],
+    ("fit_power_law", "log10_then_exp"): [sub("torch.log(torch.as_tensor", "torch.log10(torch.as_tensor")],
+    ("fit_power_law", "regressed_x_on_y"): [sub("c = ((u - u.mean()) * (w - w.mean())).sum() / ((u - u.mean()) ** 2).sum()\n    k = torch.exp(w.mean() - c * u.mean())",
+                                                "c = ((u - u.mean()) * (w - w.mean())).sum() / ((w - w.mean()) ** 2).sum()\n    k = torch.exp(u.mean() - c * w.mean())")],
+
+    ("rnn_forward", "H_includes_h0"): [sub("    states = []\n", "    states = [h0]\n")],
+    ("rnn_forward", "returns_first_state"): [sub("return torch.stack(states, dim=1), h", "return torch.stack(states, dim=1), states[0]")],
+    ("grad_norm_by_distance", "sum_of_norms"): [sub("grad.pow(2).sum(dim=(0, 2)).sqrt()", "grad.norm(dim=2).sum(dim=0)")],
+    ("scaled_dot_product_attention", "scaled_by_number_of_keys"): [sub("d_k = q.shape[-1]", "d_k = k.shape[-2]")],
+    ("scaled_dot_product_attention", "returns_weights_first"): [sub("return weights @ v, weights", "return weights, weights @ v")],
+    ("causal_mask", "additive_mask"): [sub("return torch.ones(n, n, dtype=torch.bool).tril()",
+                                           "return torch.zeros(n, n).masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float('-inf'))")],
+    ("multi_head_attention", "single_head"): [sub("q = split_heads(x @ W_q, n_heads)", "q = (x @ W_q)[:, None]"),
+                                              sub("k = split_heads(x @ W_k, n_heads)", "k = (x @ W_k)[:, None]"),
+                                              sub("v = split_heads(x @ W_v, n_heads)", "v = (x @ W_v)[:, None]")],
+    ("sinusoidal_positions", "exponent_halved"): [sub("10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)",
+                                                      "10000.0 ** (-torch.arange(0, d // 2, dtype=torch.float64) / d)")],
+    ("padding_mask", "not_bool"): [sub("return torch.arange(max_len)[None, :] < lengths[:, None]",
+                                       "return (torch.arange(max_len)[None, :] < lengths[:, None]).float()")],
+    ("layer_norm", "no_eps"): [sub("torch.sqrt(var + eps)", "torch.sqrt(var)")],
+    ("layer_norm", "no_gamma_beta"): [sub("return gamma * (x - mean) / torch.sqrt(var + eps) + beta",
+                                          "return (x - mean) / torch.sqrt(var + eps)")],
+    ("global_mask", "intersection_only"): [sub("    mask[idx, :] = True\n    mask[:, idx] = True\n",
+                                               "    mask[idx[:, None], idx[None, :]] = True\n")],
+    ("compute_optimal", "D_without_6"): [sub("D = C / (6 * N)", "D = C / N")],
+}
+
+ALL_MISTAKES = [(f, m.name) for f, ms in feedback.CATALOGUE.items() for m in ms]
+
+
+def run_cells(nb):
+    """Run a notebook's code cells in order in one namespace; the (grade_id, exception) of each failing test cell."""
+    ns = {"__name__": "__main__"}
+    failures = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        gid = _nbg(cell).get("grade_id", cell.get("id"))
+        try:
+            exec(compile(cell.source, f"<cell {gid}>", "exec"), ns)
+        except Exception as error:  # noqa: BLE001  (a failing test cell)
+            if not _nbg(cell).get("grade"):
+                raise
+            failures.append((gid, error))
+    return failures
+
+
+def first_failure(function, edits):
+    failures = run_cells(make_submission(ASSIGNMENT[function], edits))
+    assert failures, f"the wrong answer passes every test of {ASSIGNMENT[function]}"
+    return failures[0]
+
+
+def test_every_catalogued_mistake_has_a_wrong_answer_here():
+    assert sorted(WRONG) == sorted(ALL_MISTAKES)
+    assert set(ASSIGNMENT) == set(feedback.CATALOGUE)
+
+
+@pytest.mark.parametrize("function,name", ALL_MISTAKES, ids=[f"{f}-{n}" for f, n in ALL_MISTAKES])
+def test_first_failing_test_names_the_mistake(function, name):
+    (mistake,) = [m for m in feedback.CATALOGUE[function] if m.name == name]
+    cell, error = first_failure(function, WRONG[(function, name)])
+    text = str(error)
+    assert isinstance(error, check.CheckFailure), f"{cell}: {type(error).__name__}: {text}"
+    assert getattr(error, "mistake", None) == name, f"{cell} does not name {name}:\n{text}"
+    first, line = text.splitlines()[:2]
+    assert mistake.sentence in first and mistake.line in line, text
+
+
+@pytest.mark.parametrize("assignment", sorted(set(ASSIGNMENT.values())))
+def test_solutions_pass_every_test(assignment):
+    assert run_cells(make_submission(assignment, [])) == []
+
+
+def test_an_unknown_mistake_gets_the_numbers_and_no_guessed_cause():
+    cell, error = first_failure("scaled_dot_product_attention", [sub("return weights @ v, weights", "return weights @ v, weights * 1.5")])
+    text = str(error)
+    assert cell == "test_sdpa_values" and error.mistake is None
+    assert text.startswith("weights: values differ") and "line involved" not in text and "Hint" not in text
+
+
+def test_diagnosis_reads_only_the_recorded_result():
+    """The grader replays check.call's results: a diagnosis must work with no learner function anywhere."""
+    q = check.ref.randn(2, 3, 4, dtype=check.torch.float64)
+    k = check.ref.randn(2, 5, 4, dtype=check.torch.float64)
+    v = check.ref.randn(2, 5, 2, dtype=check.torch.float64)
+    recorded = feedback._attention(q, k, v, scale=None)  # what a learner who forgot 1/sqrt(d_k) returned
+    assert feedback.diagnose("scaled_dot_product_attention", recorded, q=q, k=k, v=v).name == "no_scaling"
+    right = feedback._attention(q, k, v)
+    assert feedback.diagnose("scaled_dot_product_attention", right, q=q, k=k, v=v) is None
+
+
+def test_feedback_calls_no_learner_code():
+    """The test cells hand For() the inputs and check.call's result, never a learner function."""
+    import nbformat
+    for assignment in sorted(set(ASSIGNMENT.values())):
+        nb = nbformat.read(str(REPO / "solutions" / assignment / f"{assignment}.ipynb"), as_version=4)
+        for cell in nb.cells:
+            for call in re.findall(r"feedback\.For\(([^\n]*)", cell.source):
+                arguments = call.split(",", 1)[1]
+                # a learner function named bare (not as check.ref.<name> or in a string) would be called or handed over
+                assert not any(re.search(rf"(?<![.\w\"]){f}\b", arguments) for f in ASSIGNMENT), call
+
+
+@pytest.mark.slow
+def test_traceback_in_the_kernel_shows_the_test_line_not_tfmlib(tmp_path):
+    """IPython hides frames marked __tracebackhide__: the learner sees their test cell's line and the message."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = make_submission("03_self_attention", WRONG[("scaled_dot_product_attention", "no_scaling")])
+    cells = [c for c in nb.cells if c.cell_type == "code"]
+    keep = [c for c in cells if _nbg(c).get("grade_id") in ("setup", "sdpa", "test_sdpa_values")]
+    nb.cells = keep
+    client = NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True, resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    (error,) = [o for o in keep[-1].outputs if o.output_type == "error"]
+    tb = "\n".join(error.traceback)
+    assert error.ename == "CheckFailure" and "√d_k" in error.evalue
+    assert "checking.py" not in tb and "feedback.py" not in tb, tb
+    assert "fb.assert_close" in re.sub(r"\x1b\[[0-9;]*m", "", tb)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The self-check (`make check NN`) and the validate wrapper: scripts/check.py, in a kernel
+# ---------------------------------------------------------------------------------------------------------
+def _check(*args):
+    import subprocess
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "check.py"), *args], capture_output=True, text=True,
+                          timeout=600, cwd=str(REPO))
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_self_check_runs_hidden_tests_names_the_mistake_and_fails(tmp_path):
+    import nbformat
+    wrong = tmp_path / "03_self_attention.ipynb"
+    nbformat.write(make_submission("03_self_attention", WRONG[("scaled_dot_product_attention", "no_scaling")]), str(wrong))
+    code, out = _check("03", "--notebook", str(wrong))
+    assert code == 1, out
+    assert "FAIL  test_sdpa_values      0/3" in out and "PASS  test_causal_mask      2/2" in out, out
+    assert "Your scores are not divided by √d_k." in out and "Total: 2/11 points" in out, out
+    right = tmp_path / "right" / "03_self_attention.ipynb"
+    right.parent.mkdir()
+    nbformat.write(make_submission("03_self_attention", []), str(right))
+    code, out = _check(str(right))
+    assert code == 0 and "Total: 11/11 points" in out, out
+
+
+@pytest.mark.slow
+def test_validate_wrapper_fails_on_an_unfinished_notebook():
+    code, out = _check("--validate", "03")  # notebooks/ as released: every answer raises NotImplementedError
+    assert code == 1 and "VALIDATION FAILED" in out, out

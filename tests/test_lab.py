@@ -1,0 +1,353 @@
+"""Self-study in JupyterLab, in a real browser (issue 11): `make lab`'s server, driven by headless Chromium.
+
+One JupyterLab is started exactly as `make lab` starts it (the Makefile target itself, on a free localhost port,
+on a throw-away copy of book/ and notebooks/ so the repository is never written), and a learner's loop is played:
+open exercise 3, write a wrong answer (no 1/√d_k), run the notebook and read the diagnosis that names the
+mistake, fix it, run again, press nbgrader's Validate and read "Success"; then open chapter 1 (a MyST file) as a
+notebook and run its first cells from book/, as the book build does.  Along the way: no error dialog or error
+notification, none of nbgrader's instructor or exchange tools (Formgrader, Create Assignment, Assignment List,
+"Error fetching courses"), and nothing alarming in the server's log ("No nbgrader_config.py", ExchangeError,
+tracebacks).  A screenshot of each step is written to artifacts/test_lab/ (git-ignored; CI keeps it).
+
+The fast tests read the configuration: learner and instructor modes, and the links between chapters and exercises.
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "artifacts" / "test_lab"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+EXERCISE = "03_self_attention"
+CHAPTER = "book/01_rnn_limits.md"
+WAIT_S = 180
+
+# What the learner must never see (the quiet learner mode) and what the server must never log.
+FORBIDDEN_UI = ("Error fetching courses", "exchange directory", "Formgrader", "Create Assignment", "Assignment List")
+FORBIDDEN_LOG = ("No nbgrader_config.py", "ExchangeError", "Traceback", "Use --allow-root")
+
+
+def require_browser() -> None:
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    if missing:
+        reason = (f"the JupyterLab checks need Debian's chromium and chromium-driver; missing: {', '.join(missing)}")
+        if os.environ.get("CI"):
+            pytest.fail(reason + " — CI is set, so this is a failure, not a skip")
+        pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    require_browser()
+    tmp = tmp_path_factory.mktemp("lab")
+    root = tmp / "course"
+    shutil.copytree(REPO / "book", root / "book", ignore=shutil.ignore_patterns("_build", ".ipynb_checkpoints"))
+    shutil.copytree(REPO / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    port, token = free_port(), secrets.token_hex(16)
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp / "runtime"), JUPYTERLAB_SETTINGS_DIR=str(tmp / "user-settings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"))
+    args = (f"--no-browser --port={port} --ServerApp.ip=127.0.0.1 --IdentityProvider.token={token} "
+            f"--ServerApp.root_dir={root} --ServerApp.port_retries=0")
+    log_path = tmp / "lab.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(["make", "-s", "-C", str(REPO), "lab", f"LAB_ARGS={args}"], stdout=log,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"JupyterLab did not start:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield {"base": base, "token": token, "root": root, "log": log_path}
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def browser(lab):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never download a browser or driver
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    profile = tempfile.mkdtemp(prefix="tfmlib-lab-chromium-")
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-dev-shm-usage", "--window-size=1400,950",
+                "--lang=en-US", f"--user-data-dir={profile}"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver.set_page_load_timeout(WAIT_S)
+    driver.set_script_timeout(WAIT_S)
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Driving JupyterLab
+# --------------------------------------------------------------------------------------------------------------
+class Lab:
+    def __init__(self, driver, lab):
+        self.d, self.lab = driver, lab
+        self.step = 0
+        OUT.mkdir(parents=True, exist_ok=True)
+        for old in OUT.glob("*.png"):
+            old.unlink()
+
+    def wait(self, condition, what, timeout=WAIT_S):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = condition()
+            if value:
+                return value
+            time.sleep(0.3)
+        self.shot("timeout")
+        raise AssertionError(f"timed out waiting for {what}; screenshot in {OUT}")
+
+    def shot(self, name):
+        self.step += 1
+        path = OUT / f"{self.step:02d}_{name}.png"
+        self.d.save_screenshot(str(path))
+        return path
+
+    def js(self, script, *args):
+        return self.d.execute_script(script, *args)
+
+    def open(self, path, code_cells):
+        self.d.get(f"{self.lab['base']}/lab/tree/{path}?token={self.lab['token']}&reset")
+        self.wait(lambda: self.js(ACTIVE + "return p && p.querySelectorAll('.jp-CodeCell').length;") == code_cells,
+                  f"{path} to open as a notebook with its {code_cells} code cells")
+        self.wait(lambda: self.kernel_idle(), "the kernel to start")
+
+    def kernel_idle(self):
+        """The status bar says the notebook's Python kernel is idle."""
+        return bool(self.js("return /Python 3[^|\\n]*\\|\\s*Idle/.test(document.body.innerText);"))
+
+    def code_cells(self):
+        return self.js(ACTIVE + "return [...p.querySelectorAll('.jp-CodeCell')].length;")
+
+    def set_code(self, index, text):
+        """Replace the text of the index-th code cell of the active notebook, through its CodeMirror editor."""
+        self.js(ACTIVE + "p.querySelectorAll('.jp-CodeCell')[arguments[0]].scrollIntoView();", index)
+        self.wait(lambda: self.js(ACTIVE + "return !!p.querySelectorAll('.jp-CodeCell')[arguments[0]]"
+                                  ".querySelector('.cm-content');", index), "the cell's editor")
+        length = self.js(ACTIVE + """
+            const content = p.querySelectorAll('.jp-CodeCell')[arguments[0]].querySelector('.cm-content');
+            const cv = content.cmView;
+            const view = cv.rootView ? cv.rootView.view : cv.view;
+            view.dispatch({changes: {from: 0, to: view.state.doc.length, insert: arguments[1]}});
+            return view.state.doc.length;""", index, text)
+        assert length == len(text)
+
+    def menu(self, top, item):
+        from selenium.webdriver.common.by import By
+        self.d.find_element(By.XPATH, f"//div[contains(@class,'lm-MenuBar-itemLabel') and text()='{top}']").click()
+        entry = self.wait(lambda: [e for e in self.d.find_elements(
+            By.XPATH, f"//div[contains(@class,'lm-Menu-itemLabel') and text()='{item}']") if e.is_displayed()],
+            f"the menu item {top} > {item}")
+        entry[0].click()
+
+    def run_all(self):
+        self.menu("Run", "Run All Cells")
+        time.sleep(1)
+        self.wait(lambda: self.kernel_idle() and not self.js(
+            ACTIVE + "return [...p.querySelectorAll('.jp-InputPrompt')].some(e => e.textContent.includes('[*]'));"),
+            "the notebook to finish running")
+
+    def outputs(self, index):
+        return self.js(ACTIVE + "const c = p.querySelectorAll('.jp-CodeCell')[arguments[0]];"
+                                "return c.querySelector('.jp-OutputArea') ? c.querySelector('.jp-OutputArea').innerText : '';",
+                       index)
+
+    def assert_quiet(self, allow_dialog=None):
+        """No error dialog or notification, and none of nbgrader's instructor/exchange tools on screen."""
+        dialogs = self.js("return [...document.querySelectorAll('.jp-Dialog')].map(d => d.innerText);")
+        for text in dialogs:
+            assert allow_dialog and allow_dialog in text, f"unexpected dialog: {text[:500]}"
+        toasts = self.js("return [...document.querySelectorAll('.Toastify__toast--error, .jp-toast-error')]"
+                         ".map(t => t.innerText);")
+        assert not toasts, f"error notifications: {toasts}"
+        text = self.js("return document.body.innerText;")
+        menus = self.js("return [...document.querySelectorAll('.lm-MenuBar-itemLabel')].map(e => e.textContent);")
+        assert "Nbgrader" not in menus, menus
+        shown = [f for f in FORBIDDEN_UI if f in text]
+        assert not shown, f"instructor or exchange UI on screen: {shown}"
+
+
+ACTIVE = "const p = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');"
+
+
+def _code(path):
+    import nbformat
+    return [c for c in nbformat.read(str(path), as_version=4).cells if c.cell_type == "code"]
+
+
+def _answers():
+    """The solution of each answer cell of the exercise, as a learner would type it (markers removed)."""
+    import nbformat
+    nb = nbformat.read(str(REPO / "solutions" / EXERCISE / f"{EXERCISE}.ipynb"), as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    return {i: re.sub(r" *### (BEGIN|END) SOLUTION\n?", "", c.source) for i, c in enumerate(code)
+            if c.metadata.get("nbgrader", {}).get("solution")}
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_learner_loop_in_jupyterlab(lab, browser):
+    ui = Lab(browser, lab)
+    ui.open(f"notebooks/{EXERCISE}/{EXERCISE}.ipynb", len(_code(REPO / "notebooks" / EXERCISE / f"{EXERCISE}.ipynb")))
+    ui.shot("exercise_opened")
+    ui.assert_quiet()
+
+    answers = _answers()
+    sdpa = min(answers)
+    assert "math.sqrt(d_k)" in answers[sdpa]
+    for index, code in answers.items():
+        ui.set_code(index, code.replace("/ math.sqrt(d_k)", "") if index == sdpa else code)
+    ui.run_all()
+    failing = next(i for i in range(ui.code_cells()) if "CheckFailure" in ui.outputs(i))
+    message = ui.outputs(failing)
+    ui.js(ACTIVE + "p.querySelectorAll('.jp-CodeCell')[arguments[0]].scrollIntoView();", failing)
+    ui.shot("wrong_answer_diagnosis")
+    assert "Your scores are not divided by √d_k." in message, message
+    assert "scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)" in message, message
+    assert "checking.py" not in message and "feedback.py" not in message, message
+    ui.assert_quiet()
+
+    ui.set_code(sdpa, answers[sdpa])
+    ui.run_all()
+    outputs = [ui.outputs(i) for i in range(ui.code_cells())]
+    assert not any("Error" in o for o in outputs), outputs
+    assert sum("Visible tests passed." in o for o in outputs) == 5, outputs
+    ui.shot("fixed_tests_pass")
+
+    from selenium.webdriver.common.by import By
+    buttons = ui.wait(lambda: [b for b in browser.find_elements(
+        By.XPATH, "//*[contains(@class,'jp-Toolbar')]//*[normalize-space(text())='Validate']") if b.is_displayed()],
+        "nbgrader's Validate button")
+    buttons[0].click()
+    dialog = ui.wait(lambda: ui.js("const d = document.querySelector('.jp-Dialog'); return d && d.innerText;"),
+                     "the validation result", timeout=300)
+    ui.wait(lambda: "Validating" not in (ui.js("const d = document.querySelector('.jp-Dialog'); return d && d.innerText;") or ""),
+            "validation to finish", timeout=300)
+    dialog = ui.js("const d = document.querySelector('.jp-Dialog'); return d && d.innerText;")
+    ui.shot("validate_success")
+    assert "Success! Your notebook passes all the tests." in dialog, dialog
+    ui.assert_quiet(allow_dialog="Success")
+    browser.find_element(By.CSS_SELECTOR, ".jp-Dialog .jp-Dialog-button.jp-mod-accept, .jp-Dialog .jp-Dialog-button").click()
+
+    # a chapter, opened as a notebook (Jupytext, MyST) and run from book/ like the book build
+    import jupytext
+    ui.open(CHAPTER, len([c for c in jupytext.read(REPO / CHAPTER).cells if c.cell_type == "code"]))
+    ui.shot("chapter_opened")
+    ui.assert_quiet()
+    assert ui.js(ACTIVE + "return p.querySelectorAll('.jp-CodeCell').length;") > 10
+    browser.find_element(By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt").click()
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+    ran = ACTIVE + """
+        const prompts = [...p.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].slice(0, 3).map(e => e.textContent);
+        return prompts.filter(t => /\\[\\d+\\]/.test(t)).length;"""
+    for _ in range(12):  # Shift+Enter runs a cell and moves on (markdown cells in between just render)
+        if ui.js(ran) == 3:
+            break
+        ActionChains(browser).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
+        time.sleep(0.5)
+        ui.wait(lambda: ui.kernel_idle(), "the kernel to finish a chapter cell")
+    ui.wait(lambda: ui.js(ran) == 3, "the chapter's first three code cells to run")
+    first = [ui.outputs(i) for i in range(3)]
+    ui.js(ACTIVE + "p.querySelectorAll('.jp-CodeCell')[1].scrollIntoView();")
+    ui.shot("chapter_cells_run")
+    assert "device:" in first[0] and "equal to torch.nn.RNN: True" in first[1], first
+    assert not any("Error" in o or "Traceback" in o for o in first), first
+    ui.assert_quiet()
+
+    log = lab["log"].read_text()
+    assert not [f for f in FORBIDDEN_LOG if f in log], log[-5000:]
+    assert "nbgrader.server_extensions.formgrader | extension was successfully" not in log
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Fast checks of the configuration (no server, no browser)
+# --------------------------------------------------------------------------------------------------------------
+def _load(folder, name):
+    from traitlets.config.loader import PyFileConfigLoader
+    return PyFileConfigLoader(name, path=str(REPO / "scripts" / "lab" / folder)).load_config()
+
+
+def test_learner_mode_keeps_validate_and_drops_the_instructor_tools():
+    import json
+    cfg = _load("learner", "jupyter_server_config.py")
+    ext = cfg.ServerApp.jpserver_extensions
+    assert ext["nbgrader.server_extensions.validate_assignment"] is True
+    assert not any(ext[f"nbgrader.server_extensions.{e}"] for e in ("formgrader", "assignment_list", "course_list"))
+    assert cfg.ServerApp.root_dir == str(REPO)
+    assert cfg.ServerApp.get("allow_root", False) == (os.geteuid() == 0)
+    page = json.loads((REPO / "scripts" / "lab" / "learner" / "labconfig" / "page_config.json").read_text())
+    disabled = {k for k, v in page["disabledExtensions"].items() if v}
+    assert disabled == {f"@jupyter/nbgrader:{p}" for p in ("formgrader", "create-assignment", "assignment-list",
+                                                           "course-list", "menu")}
+    overrides = json.loads((REPO / "scripts" / "lab" / "settings" / "overrides.json").read_text())
+    viewers = overrides["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"]
+    assert viewers["markdown"] == "Jupytext Notebook"
+    # Validate reads the course's nbgrader configuration, whatever the server's working directory
+    nbg = _load("learner", "nbgrader_config.py")
+    course = _course_config()
+    assert nbg.Execute.timeout == course.Execute.timeout and nbg.ClearSolutions.code_stub == course.ClearSolutions.code_stub
+
+
+def test_instructor_mode_has_formgrader_on_this_course():
+    cfg = _load("instructor", "jupyter_server_config.py")
+    assert all(cfg.ServerApp.jpserver_extensions.values()) and len(cfg.ServerApp.jpserver_extensions) == 4
+    nbg = _load("instructor", "nbgrader_config.py")
+    assert nbg.CourseDirectory.root == str(REPO)
+    assert nbg.CourseDirectory.source_directory == "solutions" and nbg.CourseDirectory.release_directory == "notebooks"
+    makefile = (REPO / "Makefile").read_text()
+    assert "scripts/lab/instructor" in makefile and "lab-instructor:" in makefile
+
+
+def _course_config():
+    from traitlets.config.loader import PyFileConfigLoader
+    return PyFileConfigLoader("nbgrader_config.py", path=str(REPO)).load_config()
+
+
+def test_chapters_and_exercises_link_each_other():
+    """A plain Markdown link works both in the book (MyST turns it into a page link) and in JupyterLab."""
+    import nbformat
+    for chapter in sorted((REPO / "book").glob("0*.md")):
+        a = chapter.stem
+        assert f"](../notebooks/{a}/{a}.ipynb)" in chapter.read_text(), f"{chapter.name} does not link to its exercise"
+        for folder in ("solutions", "notebooks"):
+            nb = nbformat.read(str(REPO / folder / a / f"{a}.ipynb"), as_version=4)
+            assert f"](../../book/{a}.md)" in nb.cells[0].source, f"{folder}/{a} does not link to its chapter"
