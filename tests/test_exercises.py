@@ -12,7 +12,7 @@ students (nbgrader's start-up is paid once per assignment), two assignments at a
 3. the solutions get full marks; 4. the release gets zero; 5. each wrong answer loses the points of the tests
 that target its mistake and keeps the others; 6. each cheat scores zero on what it cheats;
 7. generate_feedback writes HTML feedback.  Also: a correct answer that prints a warning and a submission
-with a deleted test cell keep full marks; an endless loop is interrupted after the cell timeout and scored;
+with a deleted test cell keep full marks; an endless loop is stopped after the cell timeout and scored;
 a submission that kills its kernel scores zero; the students graded after them are graded normally.  The median seconds to autograde one submission of each
 assignment is printed and written to artifacts/exercise_grading_times.json.
 
@@ -243,12 +243,14 @@ VARIANTS = {
                           set(), {"sdpa_values", "sdpa_mask", "sdpa_masked_row", "causal_mask", "self_attention"}),
     "deleted_test_cell": ("03_self_attention", [("delete", "test_causal_mask")],
                           set(), {"sdpa_values", "sdpa_mask", "sdpa_masked_row", "causal_mask", "self_attention"}),
-    # --- a submission that never finishes a cell is interrupted after the cell timeout and scored; one that
-    # kills its kernel scores zero; the students graded after them (release, source) are graded normally ---
-    "endless_loop": ("08_scaling_laws", [("prepend", "compute_optimal", "import time\nwhile True:\n    time.sleep(0.5)\n")],
-                     {"compute_optimal"}, {"chinchilla_loss", "fit_power_law"}),
+    # --- a submission that never finishes a cell is stopped after the cell timeout and scored (later cells are
+    # not run); one that
+    # tries to kill its kernel (the scan withholds `os`, so only that answer cell is lost); the students
+    # graded after them (release, source) are graded normally ---
+    "endless_loop": ("08_scaling_laws", [("prepend", "compute_optimal", "_n = 0\nwhile True:\n    _n += 1\n")],
+                     {"compute_optimal", "fit_power_law"}, {"chinchilla_loss"}),   # the stopped kernel runs no later cell
     "kernel_crash": ("08_scaling_laws", [("prepend", "chinchilla_loss", "import os\nos._exit(1)\n")],
-                     {"chinchilla_loss", "compute_optimal", "fit_power_law"}, set()),
+                     {"chinchilla_loss"}, {"compute_optimal", "fit_power_law"}),
 }
 HOSTILE = {"endless_loop", "kernel_crash"}  # left out of the timing figures
 # A shorter cell timeout for the course that holds endless_loop, so the test waits 30 s, not 60.
@@ -432,7 +434,11 @@ def test_generate_feedback_writes_html(graded):
         assert "test_sdpa_values" in html and "Visible tests passed." in html
         assert f"{score['total']:g}" in html and f"{score['max']:g}" in html
     html = Path(graded["03_self_attention"]["feedback"]["no_scaling"]).read_text()
-    assert "CheckFailure" in html and "Hint:" in html, "the feedback shows the failed check and its hint"
+    assert "CheckFailure" in html, "the feedback shows the failed check"
+    # tfmlib/feedback.py recognises the mistake: the sentence that names it and the line of the formula
+    import html as _html
+    text = _html.unescape(re.sub(r"<[^>]+>", "", html))
+    assert "Your scores are not divided by √d_k." in text and "The line involved:" in text, "the feedback names the mistake"
 
 
 @pytest.mark.slow

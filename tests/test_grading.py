@@ -39,12 +39,12 @@ TESTS = ["out = f(torch.ones(2))\ncheck.assert_close('f', out, torch.ones(2))\nd
     ("torch.allclose = lambda *a, **k: True", "assigns to 'torch.allclose'"),
     ("check.assert_close = print", "assigns to 'check.assert_close'"),
     ("check = None", "rebinds 'check'"),
-    ("def _ref(x):\n    return 0", "redefines '_ref'"),
-    ("def f(q):\n    return F.scaled_dot_product_attention(q, q, q)", "uses 'F.scaled_dot_product_attention'"),
+    ("def _ref(x):\n    return 0", "rebinds '_ref'"),
+    ("def f(q):\n    return F.scaled_dot_product_attention(q, q, q)", "library implementation"),
     ("def f(q):\n    return torch.nn.functional.layer_norm(q, q.shape[-1:])", "library implementation"),
-    ("from torch.nn.functional import scaled_dot_product_attention as s", "imports 'scaled_dot_product_attention'"),
+    ("from torch.nn.functional import scaled_dot_product_attention as s", "library implementation"),
     ("import tfmlib\nf = tfmlib.scaled_dot_product_attention", "imports 'tfmlib'"),
-    ("class T(torch.Tensor):\n    pass", "subclasses torch.Tensor"),
+    ("class T(torch.Tensor):\n    pass", "subclasses 'torch.Tensor'"),
     ("def __torch_function__(*a):\n    return True", "'__torch_function__'"),
     ("x = getattr(F, 'scaled_' + 'dot_product_attention')", "uses 'getattr'"),
     ("import os\nos._exit(0)", "imports 'os'"),
@@ -54,11 +54,55 @@ TESTS = ["out = f(torch.ones(2))\ncheck.assert_close('f', out, torch.ones(2))\nd
     ("!cat /etc/passwd", "magics or shell escapes"),
     ("globals()['check'] = None", "uses 'globals'"),
     ("torch.Tensor.__eq__ = lambda a, b: True", "'__eq__'"),
+    ("vars(check)['assert_close'] = print", "uses 'vars'"),
+    ("y = check.ref", "uses 'check'"),
+    ("def f(x):\n    return out", "a variable of the test cells"),
+    ("t = torch\nt.allclose = print", "assigns to 't.allclose'"),
+    ("x = torch.load('gradebook.db')", "torch.load"),
+    ("x = torch._C", "private part"),
+    ("range = lambda *a: []", "rebinds the built-in 'range'"),
+    ("exec('x = 1')", "uses 'exec'"),
+    ("\uff45\uff58\uff45\uff43('x = 1')", "uses 'exec'"),
+    ("s = '{0.__class__}'.format(torch)", "format string"),
+    ("x = type('X', (), {})", "uses 'type'"),
+    ("import importlib", "imports 'importlib'"),
 ])
 def test_scan_flags_attacks(code, reason):
     flags = scan_cells({5: code}, SETUP, TESTS, {"f"})
     assert any(reason in f.reason for f in flags), [str(f) for f in flags]
     assert all(f.cell == 5 for f in flags)
+
+
+# The scan must read what the kernel runs (IPython's own transformer), in every layout: an attack hidden
+# behind blank lines, comments, decorators, nested functions, continuations or magics is still found.
+HIDDEN = "check.assert_close = print"
+
+
+@pytest.mark.parametrize("layout", [
+    "def f(x):\n    y = x\n\n    {attack}\n\n    return y\n",
+    "def f(x):\n    # a comment\n\n    # another\n    {attack}\n    return x\n",
+    "@torch.no_grad()\ndef f(x):\n\n    {attack}\n    return x\n",
+    "def f(x):\n    def inner():\n\n        {attack}\n    inner()\n    return x\n",
+    "def f(x):\n    y = (x +\n         x)\n    z = 1 + \\\n        2\n    {attack}\n    return y\n",
+    "%time y = 1\n{attack}\n",
+    "def f(x):\n    %time y = 1\n\n    {attack}\n    return x\n",
+    "x = 1\r{attack}\r",
+    "class A(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n\n        {attack}\n",
+    "lambda_ = [lambda: None for _ in range(2)]\nif True:\n\n    {attack}\n",
+])
+def test_scan_reads_every_layout(layout):
+    flags = scan_cells({5: layout.format(attack=HIDDEN)}, SETUP, TESTS, {"f"})
+    assert any("check.assert_close" in f.reason for f in flags), [str(f) for f in flags]
+
+
+@pytest.mark.parametrize("code", [
+    "def f(x)\n    return x",                   # a syntax error: withheld, never skipped
+    "x = 1\x00",
+    "%%bash\nls",
+    "exec?",
+])
+def test_scan_fails_closed(code):
+    assert scan_cells({5: code}, SETUP, TESTS, {"f"}), "a cell the scan cannot accept must be flagged"
 
 
 @pytest.mark.parametrize("code", [
@@ -69,9 +113,37 @@ def test_scan_flags_attacks(code, reason):
     "def f(x):\n    out = F.softmax(x, -1)  # softmax is allowed\n    return out * math.sqrt(2)",
     "def f(x):\n    expected = 3  # a test's plain variable name is the learner's to use\n    return x",
     "def f(x):\n    \"\"\"Unlike scaled_dot_product_attention in PyTorch, this is mine.\"\"\"\n    return x",
+    "from typing import Optional\nfrom torch import Tensor\n\n\ndef f(x: Tensor, m: Optional[Tensor] = None) -> Tensor:\n"
+    "    import math\n\n    return x / math.sqrt(2)",
+    "def _softmax(s):\n    e = (s - s.amax(-1, keepdim=True)).exp()\n    return e / e.sum(-1, keepdim=True)\n\n"
+    "@torch.no_grad()\ndef f(x):\n    return torch.where(x > 0, _softmax(x), torch.einsum('ij->ij', x))",
+    "class Head(torch.nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
+    "        self.w = torch.nn.Parameter(torch.randn(d, d))\n\n    def forward(self, x):\n        return x @ self.w",
+    "print(f(torch.ones(2)))\nout",
+    "import numpy as np\ndef f(x):\n    return float(np.log(np.asarray(x)).mean())",
 ])
 def test_scan_accepts_honest_answers(code):
     assert scan_cells({5: code}, SETUP, TESTS, {"f"}) == []
+
+
+def test_scan_accepts_every_correct_style():
+    """Every model solution and every answer of the correct-style corpus passes the scan unflagged."""
+    import re
+
+    from styles import STYLES
+    marker = re.compile(r"[ \t]*### (BEGIN|END) SOLUTION\n")
+    for a in ASSIGNMENTS:
+        nb = nbformat.read(ROOT / "solutions" / a / f"{a}.ipynb", as_version=4)
+        meta = [(i, c, c.metadata.get("nbgrader", {})) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+        setup = [c.source for _, c, m in meta if not m.get("grade") and not m.get("solution")]
+        tests = [c.source for _, c, m in meta if m.get("grade")]
+        answers = {i: marker.sub("", c.source) for i, c, m in meta if m.get("solution")}
+        assert scan_cells(answers, setup, tests, set()) == [], a
+        ids = {m["grade_id"]: i for i, _, m in meta if m.get("solution")}
+        for style, cells in STYLES.get(a, {}).items():
+            learner = {**answers, **{ids[g]: src for g, src in cells.items()}}
+            assert scan_cells(learner, setup, tests, set()) == [], (a, style)
+    assert set(STYLES) == set(ASSIGNMENTS), "every assignment has answers in other styles"
 
 
 # --- the sandbox kernel -------------------------------------------------------------------------------
@@ -187,7 +259,8 @@ def graded_class(tmp_path_factory):
             f"for a in {ASSIGNMENTS!r}:\n    r = api.generate_assignment(a, force=True)\n"
             "    assert r['success'], r.get('error')\n")
     subprocess.run([sys.executable, "-c", code], cwd=course, env=env, check=True, capture_output=True)
-    kinds = {a: CI_KINDS_DEFAULT for a in ASSIGNMENTS}
+    from styles import STYLES
+    kinds = {a: CI_KINDS_DEFAULT | {f"correct-style-{s}" for s in STYLES.get(a, {})} for a in ASSIGNMENTS}
     kinds["03_self_attention"] = None           # every style and every attack on one assignment
     expected = make_class(course, ASSIGNMENTS, copies=1, kinds=kinds)
     victim = course / "submitted" / "03c0-correct-plain" / "03_self_attention" / "03_self_attention.ipynb"
@@ -231,6 +304,8 @@ def test_class_every_submission_is_graded_as_expected(graded_class):
             assert score == best and r["status"] == "graded", (student, r)
         else:
             assert score < best, (student, r)
+        if e["expect"] == "flag":
+            assert r["status"] == "flagged" and r["reason"], (student, r)
 
 
 @pytest.mark.slow
@@ -240,9 +315,11 @@ def test_class_statuses_and_reasons(graded_class):
     for s in rows:
         if s.endswith("invalid-json") or s.endswith("renamed"):
             assert status[s] == "invalid notebook"
-        if "rebind-allclose" in s or "library-shortcut" in s or "tensor-subclass" in s or "fork-bomb" in s:
+        if "rebind-allclose" in s or "library-shortcut" in s or "tensor-subclass" in s or "fork-bomb" in s \
+                or "sqlite-gradebook" in s or "read-solution" in s or "socket" in s:
             assert status[s] == "flagged" and rows[s]["reason"], rows[s]
-    assert status["03c0-attack-interrupt-swallowing-loop"] == "timed out"
+    assert status["03c0-attack-endless-loop"] == "timed out"
+    assert sum(k.startswith("03c0-attack-") for k in rows) >= 40, "the adversarial suite has at least 40 attacks"
     assert "renamed" in rows["03c0-renamed"]["reason"]
 
 
@@ -262,6 +339,135 @@ def test_class_nobody_else_is_touched(graded_class):
     assert hashlib.sha256(victim.read_bytes()).hexdigest() == digest
     flood = course / "autograded" / "03c0-attack-output-50mb" / "03_self_attention" / "03_self_attention.ipynb"
     assert flood.stat().st_size < 1_000_000, "a 50 MB output line must be cut"
+
+
+# --- the default path: plain `nbgrader autograde` with the course's nbgrader_config.py ----------------
+
+def new_course(root: Path, assignments: list[str]) -> dict:
+    """A course folder with the repository's configuration and the given assignments generated."""
+    shutil.copy(ROOT / "nbgrader_config.py", root)
+    for a in assignments:
+        shutil.copytree(ROOT / "solutions" / a, root / "solutions" / a)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "GRADER_REPORTS": str(root / "reports")}
+    for a in assignments:
+        proc = subprocess.run(["nbgrader", "generate_assignment", a, "--force"], cwd=root, env=env,
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    return env
+
+
+def autograde(root: Path, env: dict, assignment: str, *flags: str) -> dict[str, dict]:
+    """Run plain `nbgrader autograde` and return {student: {score, max_score, report}}."""
+    import json
+
+    from nbgrader.api import Gradebook
+    proc = subprocess.run(["nbgrader", "autograde", assignment, "--force", *flags], cwd=root, env=env,
+                          capture_output=True, text=True)
+    out = {}
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        for sub in gb.assignment_submissions(assignment):
+            report = root / "reports" / assignment / f"{sub.student_id}.json"
+            out[sub.student_id] = {"score": sub.score, "max_score": sub.max_score,
+                                   "report": json.loads(report.read_text()) if report.exists() else {}}
+    out["_log"] = proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+def flags_of(report: dict) -> list[str]:
+    return [f for nb in report.values()
+            for f in nb.get("forged", []) + nb.get("flags", []) + nb.get("attempts", [])
+             + nb.get("verification", [])]
+
+
+@pytest.mark.slow
+def test_default_autograde_grades_the_whole_suite(tmp_path):
+    """The adversarial suite and the correct styles through plain `nbgrader autograde`, no extra flag."""
+    require_bwrap()
+    from make_class import make_class
+    a = "03_self_attention"
+    env = new_course(tmp_path, [a])
+    expected = make_class(tmp_path, [a], kinds={a: None})
+    for student in [s for s in expected if "invalid-json" in s or "renamed" in s]:
+        del expected[student]       # nbgrader alone cannot read these; scripts/grade.py reports them
+        shutil.rmtree(tmp_path / "submitted" / student)
+    graded = autograde(tmp_path, env, a)
+    for student, e in expected.items():
+        g = graded.get(student)
+        assert g is not None, (student, graded["_log"])
+        if e["expect"] == "full":
+            assert g["score"] == g["max_score"] > 0 and not flags_of(g["report"]), (student, g)
+        else:
+            assert g["score"] < g["max_score"], (student, g)
+        if e["expect"] == "flag":
+            assert flags_of(g["report"]), (student, g)
+    with sqlite3.connect(tmp_path / "gradebook.db") as db:
+        assert db.execute("select count(*) from grade where manual_score is not null").fetchone()[0] == 0
+
+
+TAMPERING = ["module-attributes", "namespace-dict", "vars", "setattr", "sys-modules", "code-object",
+             "fake-check-object", "builtins-isinstance", "tensor-eq", "alias-tensor-class", "exception-hook",
+             "rebind-allclose", "exec-string", "importlib", "dunder-import", "test-variable-in-function",
+             "trace-forgery", "blank-line-body", "print-forgery"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["nbgrader", "grade.py"])
+def test_verdicts_hold_when_the_scan_is_off(tmp_path, path):
+    """Defence in depth: with the scan switched off, tampering inside the learner's kernel still cannot
+    turn a wrong answer into marks, because the verdicts are reached again outside it."""
+    require_bwrap()
+    from make_class import make_class
+    a = "03_self_attention"
+    env = new_course(tmp_path, [a])
+    wanted = {"correct-plain", "correct-style-einsum-where", *(f"attack-{k}" for k in TAMPERING)}
+    expected = make_class(tmp_path, [a], kinds={a: wanted})
+    if path == "nbgrader":
+        graded = autograde(tmp_path, env, a, "--ScanSubmission.enabled=False")
+        scores = {s: (g["score"], g["max_score"], flags_of(g["report"])) for s, g in graded.items() if s != "_log"}
+    else:
+        cfg = tmp_path / "noscan.py"
+        cfg.write_text("c = get_config()\nc.ScanSubmission.enabled = False\n")
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), a, "--course", str(tmp_path),
+                               "--extra-config", str(cfg)], env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        with open(tmp_path / "grading" / a / "grades.csv") as f:
+            scores = {r["student_id"]: (float(r["score"]), float(r["max_score"]), [r["reason"]] if r["status"] == "flagged" else [])
+                      for r in csv.DictReader(f)}
+    caught = 0
+    for student, e in expected.items():
+        score, best, flags = scores[student]
+        if e["expect"] == "full":
+            assert score == best > 0 and not flags, (student, scores[student])
+        else:
+            assert score < best, (student, scores[student])
+            caught += bool(flags)
+    assert caught >= 5, "tampering that changed a verdict inside the kernel is reported as flagged"
+
+
+def test_autograde_refuses_to_run_unsandboxed(monkeypatch):
+    """Without bubblewrap, autograding stops with a message saying how to install it or opt out."""
+    from preprocessors import NO_BWRAP, SandboxedExecute
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv("TFMLIB_GRADING_UNSAFE", raising=False)
+    with pytest.raises(RuntimeError, match="bubblewrap"):
+        SandboxedExecute()._sandboxed()
+    assert "apt-get install bubblewrap" in NO_BWRAP and "TFMLIB_GRADING_UNSAFE=1" in NO_BWRAP
+    monkeypatch.setenv("TFMLIB_GRADING_UNSAFE", "1")
+    assert SandboxedExecute()._sandboxed() is False
+    monkeypatch.delenv("TFMLIB_GRADING_UNSAFE")
+    with pytest.raises(RuntimeError, match="TFMLIB_GRADING_UNSAFE"):
+        SandboxedExecute(sandbox=False)._sandboxed()
+
+
+def test_course_config_uses_the_hardened_pipeline_for_autograde_only():
+    """The course's nbgrader_config.py selects the hardened pipeline for Autograde and leaves Validate alone."""
+    from traitlets.config.loader import PyFileConfigLoader
+    cfg = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    names = [p.__name__ for p in cfg.Autograde.autograde_preprocessors]
+    assert names[:2] == ["SandboxedExecute", "VerifyOutside"]
+    assert "ScanSubmission" in [p.__name__ for p in cfg.Autograde.sanitize_preprocessors]
+    assert "Validator" not in cfg and "KernelManager" not in cfg, "Validate keeps nbgrader's own kernel"
 
 
 # --- the multi-user exchange: release -> fetch -> submit -> collect -> autograde -> feedback ----------

@@ -15,6 +15,10 @@ nor the references.
 - ``peak_numel(fn, ...)`` reports the largest tensor a function creates (blockwise attention must never
   build the full ``(Tq, Tk)`` score matrix).
 
+- When a notebook is graded, ``call`` and ``peak_numel`` also record each result (in the learner's kernel) and the
+  grader replays the test cells on those records in its own process (``tfmlib.trace``, ``_begin_test``,
+  ``_replay``): the verdict that counts is reached where no learner code runs.
+
 This module must stay importable without matplotlib; it imports torch and the standard library only.
 The instructor guide (book/appendix/instructors.md) describes what it defends against and what it does not.
 """
@@ -26,10 +30,13 @@ import math
 import os
 import sys
 import types
+import zlib
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from tfmlib import trace as _trace
 
 # ---------------------------------------------------------------------------------------------------------
 # Trusted copies, bound when the setup cell imports this module (before any learner code runs).
@@ -89,6 +96,7 @@ class ShortcutError(RuntimeError):
 # Comparisons
 # ---------------------------------------------------------------------------------------------------------
 def _fail(name, message, hint=None):
+    __tracebackhide__ = True  # IPython shows the test cell's line, not this frame
     text = f"{name}: {message}"
     if hint:
         text += f"\nHint: {hint}"
@@ -96,6 +104,7 @@ def _fail(name, message, hint=None):
 
 
 def _no_modes(name):
+    __tracebackhide__ = True
     if _fn_modes() or _dispatch_modes():
         _fail(name, "a torch function/dispatch mode is active while checking; the checks need plain PyTorch. "
                     "Remove any TorchFunctionMode / TorchDispatchMode your code enters.")
@@ -110,6 +119,7 @@ def _preview(t, n=6):
 
 def assert_tensor(name, got, shape=None, dtype=None, hint=None):
     """``got`` is exactly a ``torch.Tensor`` (not a subclass), with the given shape and dtype if given."""
+    __tracebackhide__ = True
     _no_modes(name)
     if _type(got) is not _Tensor:
         _fail(name, f"expected a torch.Tensor, got {_type(got).__module__}.{_type(got).__qualname__}", hint)
@@ -124,6 +134,7 @@ def assert_close(name, got, expected, atol=None, rtol=None, hint=None):
 
     Tolerances default to 1e-5 (float32) / 1e-10 (float64).  NaN never matches.
     """
+    __tracebackhide__ = True
     if _type(expected) is not _Tensor:
         raise TypeError(f"the expected value of {name} must be a torch.Tensor (test bug)")
     assert_tensor(name, got, _shape_of(expected), _dtype_of(expected), hint)
@@ -151,11 +162,13 @@ def assert_close(name, got, expected, atol=None, rtol=None, hint=None):
 
 def assert_equal(name, got, expected, hint=None):
     """Exact equality (masks, indices): same exact type, shape, dtype and every element."""
+    __tracebackhide__ = True
     assert_close(name, got, expected, hint=hint)
 
 
 def assert_number(name, got, expected, rel=1e-6, abs_=0.0, hint=None):
     """``got`` is a real number (int, float, or a 0-d tensor) within ``rel``/``abs_`` of ``expected``."""
+    __tracebackhide__ = True
     _no_modes(name)
     if _type(got) is _Tensor and _len(_shape_of(got)) == 0:
         value = _tolist(_detach(got))
@@ -170,6 +183,7 @@ def assert_number(name, got, expected, rel=1e-6, abs_=0.0, hint=None):
 
 def assert_true(name, condition, message, hint=None):
     """Fail with ``message`` unless ``condition`` is exactly ``True`` (a bool or a one-element bool tensor)."""
+    __tracebackhide__ = True
     if _type(condition) is _Tensor:
         condition = _tolist(condition)
     if condition is not True:
@@ -296,11 +310,19 @@ class forbid_shortcuts(contextlib.ContextDecorator):
 
 
 def call(fn, *args, forbid=("tfmlib",), allow=(), **kwargs):
-    """Run the learner's ``fn(*args, **kwargs)`` with the ``forbid`` shortcut groups disabled."""
+    """Run the learner's ``fn(*args, **kwargs)`` with the ``forbid`` shortcut groups disabled.
+
+    While a notebook is graded, the result is also recorded (learner's kernel) or replayed (grader's
+    process); see ``tfmlib.trace``."""
+    if _MODE is not None and _MODE.replaying:
+        return _MODE.record(((args, kwargs)))
     if not callable(fn):
         raise CheckFailure(f"{fn!r} is not a function; run the cell that defines it first")
-    with forbid_shortcuts(*forbid, allow=allow):
-        return fn(*args, **kwargs)
+
+    def run():
+        with forbid_shortcuts(*forbid, allow=allow):
+            return fn(*args, **kwargs)
+    return run() if _MODE is None else _MODE.record((args, kwargs), run)
 
 
 class _PeakNumel(_TorchFunctionMode):
@@ -319,15 +341,51 @@ class _PeakNumel(_TorchFunctionMode):
 def peak_numel(fn, *args, forbid=("tfmlib",), **kwargs):
     """Run ``fn`` like ``call`` and also return the largest number of elements of any tensor a torch
     operation returned while it ran: ``(result, peak, (op name, shape))``."""
-    mode = _PeakNumel()
-    with mode:
-        result = call(fn, *args, forbid=forbid, **kwargs)
-    return result, mode.peak, mode.where
+    if _MODE is not None and _MODE.replaying:
+        return _MODE.record(((args, kwargs), "peak_numel"))
+
+    def run():
+        mode = _PeakNumel()
+        with mode:
+            with forbid_shortcuts(*forbid):
+                result = fn(*args, **kwargs)
+        return result, mode.peak, mode.where
+    if not callable(fn):
+        raise CheckFailure(f"{fn!r} is not a function; run the cell that defines it first")
+    return run() if _MODE is None else _MODE.record(((args, kwargs), "peak_numel"), run)
 
 
 def unpack(name, result, n):
     """Check that the learner returned a tuple/list of ``n`` items and return it."""
+    __tracebackhide__ = True
     if _type(result) not in (tuple, list) or _len(result) != n:
         _fail(name, f"expected a tuple of {n} items, got {_type(result).__qualname__}"
                     + (f" of length {_len(result)}" if _type(result) in (tuple, list) else ""))
     return result
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Grading: record in the learner's kernel, replay in the grader (tfmlib.trace)
+# ---------------------------------------------------------------------------------------------------------
+def _begin_test(cell_id):
+    """Called by the grader before each test cell: names the cell for the trace and reseeds the global
+    generators, so that the cell builds the same inputs whatever the learner's code did before it."""
+    if _MODE is not None:
+        _MODE.begin(cell_id)
+    seed(zlib.crc32(str(cell_id).encode()))
+
+
+def _replay(records):
+    """Context manager of the grader: ``call`` and ``peak_numel`` serve ``records`` instead of running code."""
+    global _MODE
+    previous, _MODE = _MODE, _trace.Replayer(records)
+    try:
+        yield _MODE
+    finally:
+        _MODE = previous
+
+
+_replay = contextlib.contextmanager(_replay)
+_MODE = None
+if os.environ.get(_trace.TRACE_ENV):
+    _MODE = _trace.Recorder(os.environ[_trace.TRACE_ENV])

@@ -5,12 +5,15 @@
 ``COURSE_DIR`` is a course whose ``solutions/`` (source) and ``notebooks/`` (release) hold the
 assignments.  Submissions go to ``COURSE_DIR/submitted/<student>/<assignment>/``; the expected
 outcome of each is returned by ``make_class`` and written to ``COURSE_DIR/expected.json``:
-``full`` (must get full marks) or ``less`` (must get less than full marks).
+``full`` (must get full marks), ``less`` (must get less than full marks) or ``flag`` (must be flagged and
+get less than full marks).
 
 Correct styles: the answers as written; the answers reformatted with comments stripped, extra
 learner cells that print and warn, and a deleted test cell; the answers inside a notebook saved
-with other JSON formatting.  Wrong: the unanswered release; one answer broken.  Hostile: every
-attack the issue lists, each paired with a wrong answer so that it would only score if it worked.
+with other JSON formatting; every style of ``styles.STYLES``.  Wrong: the unanswered release; one
+answer broken.  Hostile: more than 60 attacks in seven classes (tampering with the checks, obfuscation,
+import tricks, output forgery, resource exhaustion, files and the gradebook, parse tricks), each paired
+with wrong answers so that it would only score if it worked.
 """
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ import re
 from pathlib import Path
 
 import nbformat
+
+from styles import STYLES
 
 SOLUTION_RE = re.compile(r"[ \t]*### BEGIN SOLUTION\n(.*?)[ \t]*### END SOLUTION\n?", re.S)
 
@@ -89,6 +94,27 @@ def broken(nb, which: int):
     return with_answer(nb, idx, wrong)
 
 
+def with_answers(nb, answers: dict[str, str]):
+    """The notebook with the answer cells named in ``answers`` (grade id -> source) replaced."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution") and grade_id(cell) in answers:
+            cell.source = answers[grade_id(cell)]
+    return nb
+
+
+def forged_cell(nb, code: str, grade: bool):
+    """All-wrong answers, then a learner cell whose nbgrader metadata claims it is read-only (or a test
+    cell worth 100 points) with an id the gradebook does not know, holding ``code``."""
+    nb = attack(nb, "")
+    cell = nbformat.v4.new_code_cell(code)
+    cell.metadata["nbgrader"] = {"grade": grade, "grade_id": "extra_tests" if grade else "extra_setup",
+                                 "locked": True, "schema_version": 3, "solution": False,
+                                 **({"points": 100} if grade else {})}
+    nb.cells.insert(answer_cells(nb)[0] + 1, cell)
+    return nb
+
+
 def attack(nb, code: str):
     """Every answer wrong (functions return their first argument), with ``code`` after the first one."""
     nb = copy.deepcopy(nb)
@@ -99,33 +125,114 @@ def attack(nb, code: str):
     return nb
 
 
-def attacks(course: Path, assignment: str, first_student: str) -> dict[str, str]:
+_NOOP = "lambda *a, **k: None"
+_CHECKS = ("assert_close", "assert_equal", "assert_tensor", "assert_true", "assert_number")
+
+
+def attacks(course: Path, assignment: str, first_student: str) -> dict[str, tuple[str, str]]:
+    """``{kind: (code, expect)}``: hostile code appended to an all-wrong submission.  ``expect`` is
+    ``"flag"`` (the scan must flag it) or ``"less"`` (it must score less than full marks; resource
+    attacks and forgeries that use only allowed code)."""
     solution = course / "solutions" / assignment / f"{assignment}.ipynb"
     other = course / "submitted" / first_student / assignment / f"{assignment}.ipynb"
-    return {
-        "rebind_allclose": "import torch\ntorch.allclose = lambda *a, **k: True\n"
-                           "torch.all = lambda *a, **k: torch.tensor(True)\n"
-                           "torch.equal = lambda *a, **k: True\ntorch.isclose = lambda *a, **k: torch.tensor(True)",
-        "library_shortcut": "import torch.nn.functional as F\n_shortcut = F.scaled_dot_product_attention\n"
-                            "_mha = torch.nn.MultiheadAttention",
-        "read_solution_json": f"import json\n_nb = json.load(open({str(solution)!r}))\n"
-                              "for _c in _nb['cells']:\n    if _c['cell_type'] == 'code':\n"
-                              "        exec(''.join(_c['source']))",
-        "read_solution_numpy": f"import numpy as np\n_text = np.genfromtxt({str(solution)!r}, dtype=str, "
-                               "delimiter='\\x01')\nfor _line in _text:\n    pass",
-        "tensor_subclass": "import torch\nclass Liar(torch.Tensor):\n"
-                           "    @classmethod\n    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
-                           "        return True\n",
-        "sqlite_gradebook": f"import sqlite3\n_db = sqlite3.connect({str(course / 'gradebook.db')!r})\n"
-                            "_db.execute('update grade set manual_score = 1000')\n_db.commit()",
-        "interrupt_swallowing_loop": "while True:\n    try:\n        pass\n    except KeyboardInterrupt:\n        pass",
-        "os_exit": "import os\nos._exit(3)",
-        "fork_bomb": "import os\nwhile True:\n    os.fork()",
-        "alloc_4gb": "import torch\n_big = torch.empty(4 * 1024 ** 3, dtype=torch.uint8)\n_big.fill_(1)",
-        "output_50mb": "print('x' * 50_000_000)",
-        "socket": "import socket\n_s = socket.create_connection(('10.255.255.1', 80), timeout=2)",
-        "write_other_student": f"import torch\ntorch.save({{'owned': True}}, {str(other)!r})",
+    gradebook = course / "gradebook.db"
+    sink = "".join(f"check.{n} = {_NOOP}\n" for n in _CHECKS)
+    hidden = "check.__dict__['assert_close'] = " + _NOOP
+    encoded = __import__("base64").b64encode(sink.encode()).decode()
+    a = {
+        # namespace and reflection tampering
+        "rebind-allclose": ("import torch\ntorch.allclose = lambda *a, **k: True\n"
+                            "torch.all = lambda *a, **k: torch.tensor(True)\n"
+                            "torch.equal = lambda *a, **k: True\ntorch.isclose = lambda *a, **k: torch.tensor(True)",
+                            "flag"),
+        "module-attributes": (sink, "flag"),
+        "namespace-dict": ("".join(f"check.__dict__[{n!r}] = {_NOOP}\n" for n in _CHECKS), "flag"),
+        "vars": (f"vars(check).update({', '.join(f'{n}={_NOOP}' for n in _CHECKS)})", "flag"),
+        "setattr": ("".join(f"setattr(check, {n!r}, {_NOOP})\n" for n in _CHECKS), "flag"),
+        "sys-modules": ("import sys\n_m = sys.modules['tfmlib.checking']\n"
+                        + "".join(f"_m.{n} = {_NOOP}\n" for n in _CHECKS), "flag"),
+        "code-object": ("def _ok(*a, **k):\n    return None\n\n"
+                        + "".join(f"check.{n}.__code__ = _ok.__code__\n" for n in _CHECKS), "flag"),
+        "fake-check-object": ("class _Fake:\n    def unpack(self, name, r, n):\n        return r\n"
+                              "    def call(self, f, *a, **k):\n        return f(*a)\n"
+                              "    def __getattr__(self, name):\n        return lambda *a, **k: None\n\ncheck = _Fake()",
+                              "flag"),
+        "globals-dict": ("globals()['check'] = None", "flag"),
+        "builtins-isinstance": ("import builtins\nbuiltins.isinstance = lambda *a: True\nbuiltins.type = lambda x: None",
+                                "flag"),
+        "tensor-subclass": ("import torch\nclass Liar(torch.Tensor):\n"
+                            "    @classmethod\n    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
+                            "        return True\n", "flag"),
+        "tensor-eq": ("torch.Tensor.__eq__ = lambda a, b: True\ntorch.Tensor.allclose = lambda *a, **k: True", "flag"),
+        "alias-tensor-class": ("T = torch.Tensor\nT.allclose = lambda *a, **k: True\nT.all = lambda *a, **k: True",
+                               "flag"),
+        "function-mode": ("from torch.overrides import TorchFunctionMode\n"
+                          "class _M(TorchFunctionMode):\n    def __torch_function__(self, f, t, a=(), k=None):\n"
+                          "        return True\n_M().__enter__()", "flag"),
+        "rebind-range": ("range = lambda *a: iter(())", "flag"),
+        "gc-objects": ("import gc\nfor _o in gc.get_objects():\n    pass", "flag"),
+        "frame-walk": ("import inspect\ninspect.currentframe().f_globals['check'] = None", "flag"),
+        "class-walk": ("_subs = ().__class__.__base__.__subclasses__()", "flag"),
+        "exception-hook": ("get_ipython().set_custom_exc((Exception,), lambda *a, **k: None)", "flag"),
+        "excepthook-sys": ("import sys\nsys.excepthook = lambda *a: None", "flag"),
+        "profile-off": ("import sys\nsys.setprofile(None)", "flag"),
+        "test-variable-in-function": ("def causal_mask(n):\n    return expected", "flag"),
+        # obfuscation
+        "exec-string": ("exec('check.assert_' + 'close = ' + " + repr(_NOOP) + ")", "flag"),
+        "eval-chr": ("eval(''.join(map(chr, " + str([ord(ch) for ch in "print(1)"]) + ")))", "flag"),
+        "compile": ("exec(compile(" + repr(sink) + ", 'x', 'exec'))", "flag"),
+        "base64-exec": (f"import base64\nexec(base64.b64decode({encoded!r}))", "flag"),
+        "fullwidth-exec": ("\uff45\uff58\uff45\uff43(" + repr(sink) + ")", "flag"),
+        "builtins-dict": ("__builtins__['exec'](" + repr(sink) + ")", "flag"),
+        "format-reflection": ("_g = '{0.__globals__}'.format(attention_step if False else print)", "flag"),
+        "decorator-exec": ("@exec\ndef _x():\n    pass", "flag"),
+        # import tricks
+        "importlib": ("import importlib\n_c = importlib.import_module('tfmlib.checking')\n_c.assert_close = "
+                      + _NOOP, "flag"),
+        "dunder-import": ("__import__('tfmlib.checking').checking.assert_close = " + _NOOP, "flag"),
+        "from-tfmlib": ("from tfmlib import checking as _c\n_c.assert_close = " + _NOOP, "flag"),
+        "reload": ("import importlib\nimportlib.reload(check)", "flag"),
+        "library-shortcut": ("import torch.nn.functional as F\n_shortcut = F.scaled_dot_product_attention\n"
+                             "_mha = torch.nn.MultiheadAttention", "flag"),
+        "tfmlib-shortcut": ("from tfmlib.attention import scaled_dot_product_attention as _s", "flag"),
+        "torch-ops": ("_op = torch.ops.aten._scaled_dot_product_attention_math", "flag"),
+        # output forgery
+        "trace-forgery": ("open('.tfmlib-grading-trace.jsonl', 'a').write('{}\\n')", "flag"),
+        "print-forgery": ("print('Visible tests passed.')", "less"),
+        "display-forgery": ("from IPython.display import display, HTML\ndisplay(HTML('<b>11/11</b>'))", "flag"),
+        # resource exhaustion
+        "interrupt-swallowing-loop": ("while True:\n    try:\n        pass\n    except KeyboardInterrupt:\n        pass",
+                                      "flag"),
+        "endless-loop": ("_n = 0\nwhile True:\n    _n += 1", "less"),
+        "os-exit": ("import os\nos._exit(3)", "flag"),
+        "fork-bomb": ("import os\nwhile True:\n    os.fork()", "flag"),
+        "alloc-4gb": ("import torch\n_big = torch.empty(4 * 1024 ** 3, dtype=torch.uint8)\n_big.fill_(1)", "less"),
+        "output-50mb": ("print('x' * 50_000_000)", "less"),
+        # files, the gradebook, other students, the network
+        "read-solution-json": (f"import json\n_nb = json.load(open({str(solution)!r}))\n"
+                               "for _c in _nb['cells']:\n    if _c['cell_type'] == 'code':\n"
+                               "        exec(''.join(_c['source']))", "flag"),
+        "read-solution-numpy": (f"import numpy as np\n_text = np.genfromtxt({str(solution)!r}, dtype=str, "
+                                "delimiter='\\x01')\nfor _line in _text:\n    pass", "flag"),
+        "read-solution-pathlib": (f"from pathlib import Path\n_t = Path({str(solution)!r}).read_text()", "flag"),
+        "sqlite-gradebook": (f"import sqlite3\n_db = sqlite3.connect({str(gradebook)!r})\n"
+                             "_db.execute('update grade set manual_score = 1000')\n_db.commit()", "flag"),
+        "torch-load-gradebook": (f"_x = torch.load({str(gradebook)!r}, weights_only=False)", "flag"),
+        "write-other-student": (f"import torch\ntorch.save({{'owned': True}}, {str(other)!r})", "flag"),
+        "subprocess": (f"import subprocess\nsubprocess.run(['cat', {str(solution)!r}])", "flag"),
+        "socket": ("import socket\n_s = socket.create_connection(('10.255.255.1', 80), timeout=2)", "flag"),
+        # parse tricks: what the kernel runs but a naive parser cannot read
+        "blank-line-body": ("def _helper():\n    x = 1\n\n    check.assert_close = " + _NOOP
+                            + "\n\n    return x\n\n_helper()", "flag"),
+        "shell-escape": (f"!cat {solution}", "flag"),
+        "line-magic": ("%env TFMLIB_GRADING_TRACE=/dev/null", "flag"),
+        "cell-magic": ("%%bash\ncat /etc/passwd", "flag"),
+        "magic-in-function": ("def _f():\n    x = 1\n\n    %time y = 2\n    return x", "flag"),
+        "help-syntax": ("exec?", "flag"),
+        "carriage-returns": ("x = 1\rcheck.assert_close = " + _NOOP, "flag"),
+        "continuation": ("_y = 1 + \\\n    2\ncheck \\\n    .assert_close = " + _NOOP, "flag"),
     }
+    return a
 
 
 def make_class(course: Path, assignments: list[str], copies: int = 1, kinds=None) -> dict[str, dict]:
@@ -152,8 +259,13 @@ def make_class(course: Path, assignments: list[str], copies: int = 1, kinds=None
                 f"{tag}-wrong-first": ("less", broken(good, 0)),
                 f"{tag}-wrong-last": ("less", broken(good, n_answers - 1)),
             }
-            for kind, code in attacks(course, assignment, first).items():
-                subs[f"{tag}-attack-{kind.replace('_', '-')}"] = ("less", attack(good, code))
+            for kind, (code, expect) in attacks(course, assignment, first).items():
+                subs[f"{tag}-attack-{kind}"] = (expect, attack(good, code))
+            sink = "".join(f"check.{n} = {_NOOP}\n" for n in _CHECKS)
+            subs[f"{tag}-attack-forged-locked-cell"] = ("flag", forged_cell(good, sink, grade=False))
+            subs[f"{tag}-attack-forged-test-cell"] = ("flag", forged_cell(good, sink, grade=True))
+            for style, answers in STYLES.get(assignment, {}).items():
+                subs[f"{tag}-correct-style-{style}"] = ("full", with_answers(good, answers))
             wanted = (kinds or {}).get(assignment)
             keep = (lambda student: wanted is None or student.split("-", 1)[1] in wanted)
             for student, (expect, nb) in subs.items():

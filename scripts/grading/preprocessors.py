@@ -1,28 +1,45 @@
-"""nbgrader preprocessors of the hardened grading set-up (selected by ``grading_config.py``).
+"""nbgrader preprocessors of the hardened grading set-up (selected by ``hardened.configure_autograde``).
 
-- ``ScanSubmission`` (sanitising stage): runs ``scan.scan_cells`` on the learner's cells and
-  withholds flagged cells from execution, recording why.
-- ``SandboxedExecute`` (autograding stage): nbgrader's ``Execute`` that survives a dead or stuck
-  kernel: the cell that killed or hung the kernel and every later cell get an error output (so they
-  score zero and the earlier ones keep their points), and output is capped while it arrives.
+- ``ScanSubmission`` (sanitising stage): runs ``scan.scan_cells`` on the learner's cells and withholds
+  flagged cells from execution, recording why.
+- ``SandboxedExecute`` (autograding stage): nbgrader's ``Execute`` in the bubblewrap sandbox kernel, which it
+  sets up itself (private kernel spec and socket folder per notebook).  It refuses to run without
+  bubblewrap unless the instructor opted out explicitly.  It names each test cell for the trace the kernel
+  records, and survives a dead or stuck kernel: the cell that killed or hung it and every later cell get an
+  error output (so they score zero and the earlier ones keep their points); output is capped as it arrives.
+- ``VerifyOutside``: the verdict of every test cell, reached again in the grader's process from the
+  recorded results (``verify.replay``); a test that passed in the kernel but fails here scores zero and the
+  submission is flagged.
 - ``CapOutput``: truncates what each cell printed to a fixed number of characters.
 - ``StderrToStdout``: keeps stderr text (warnings, logging) visible without failing a test cell.
 
-Each writes what it saw to ``GradingReport.directory/<assignment>/<student>.json`` (outside the
-learner's reach); the batch command ``scripts/grade.py`` turns those into the per-submission report.
+Each writes what it saw to ``report_directory/<assignment>/<student>.json`` (outside the learner's reach);
+the batch command ``scripts/grade.py`` turns those into the per-submission report.
 """
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
+from time import monotonic
 
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from nbgrader.utils import is_grade, is_locked, is_solution
-from traitlets import Integer, List, Unicode
+from traitlets import Bool, Float, Integer, List, Unicode
 
+from kernelspec import KERNEL_NAME, write_kernelspec
 from scan import scan_cells
+
+from sandbox_kernel import AUDIT_MARK, TRACE_NAME, WATCH_ENV  # noqa: E402
+UNSAFE_ENV = "TFMLIB_GRADING_UNSAFE"
+NO_BWRAP = ("the grading sandbox needs bubblewrap, which is not installed on this machine. Install it "
+            "(Debian/Ubuntu: sudo apt-get install bubblewrap; Fedora: sudo dnf install bubblewrap), or, only if "
+            "you trust every submission, opt out explicitly with TFMLIB_GRADING_UNSAFE=1 (learners' code then "
+            "runs with your rights and can read and change your files and the gradebook)")
 
 
 def _ids(resources) -> tuple[str, str, str]:
@@ -30,9 +47,19 @@ def _ids(resources) -> tuple[str, str, str]:
     return nbg.get("assignment", "?"), nbg.get("student", "?"), nbg.get("notebook", "?")
 
 
+def report_folder(directory: str, resources) -> Path | None:
+    """``directory``, or else ``grading/reports`` in the course root (three levels above the notebook's
+    folder ``autograded/<student>/<assignment>``)."""
+    if directory:
+        return Path(directory)
+    path = Path(resources.get("metadata", {}).get("path") or "").resolve()
+    return path.parents[2] / "grading" / "reports" if len(path.parents) > 2 else None
+
+
 def record(directory: str, resources, key: str, value) -> None:
     """Merge ``{notebook: {key: value}}`` into the report file of this student and assignment."""
-    if not directory:
+    directory = report_folder(directory, resources)
+    if directory is None:
         return
     assignment, student, notebook = _ids(resources)
     path = Path(directory) / assignment / f"{student}.json"
@@ -53,15 +80,17 @@ class ScanSubmission(NbGraderPreprocessor):
     graded_functions = List(Unicode(), help="Names the learners must define (never flagged as rebinding).").tag(config=True)
 
     def preprocess(self, nb, resources):
+        trusted, answers = trusted_cells(resources)
         learner, setup, tests, graded = {}, [], [], set(self.graded_functions)
         for i, cell in enumerate(nb.cells):
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
             if cell.cell_type != "code":
                 continue
-            if is_solution(cell) or not (is_locked(cell) or is_grade(cell)):
-                learner[i] = cell.source
-                graded |= _defined_functions(cell.source) if is_solution(cell) else set()
+            if gid in trusted and "nbgrader" in cell.metadata:
+                (tests if trusted[gid] else setup).append(cell.source)
             else:
-                (tests if is_grade(cell) else setup).append(cell.source)
+                learner[i] = cell.source
+                graded |= _defined_functions(cell.source) if gid in answers else set()
         flags = scan_cells(learner, setup, tests, graded)
         for i in sorted({f.cell for f in flags}):
             reasons = "; ".join(f.reason for f in flags if f.cell == i)
@@ -73,6 +102,55 @@ class ScanSubmission(NbGraderPreprocessor):
         return nb, resources
 
 
+class StripForgedMetadata(NbGraderPreprocessor):
+    """Cells whose nbgrader metadata the gradebook does not know (an id it has never seen, or read-only,
+    test or answer flags without an id) are the learner's own cells, whatever they claim: their metadata
+    is removed before nbgrader acts on it, and the submission is flagged."""
+
+    report_directory = Unicode("", help="Where the grading reports go.").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        trusted, answers = trusted_cells(resources)
+        known = set(trusted) | answers | markdown_cells(resources)
+        forged = []
+        for i, cell in enumerate(nb.cells):
+            meta = cell.metadata.get("nbgrader")
+            if meta is None:
+                continue
+            gid = meta.get("grade_id")
+            claims = meta.get("locked") or meta.get("grade") or meta.get("solution") or meta.get("task")
+            if (gid is not None and gid not in known) or (gid is None and claims):
+                forged.append(f"cell {i} carries nbgrader metadata ({gid or 'no id'}) that is not in the "
+                              f"gradebook; it was graded as the learner's own code")
+                del cell.metadata["nbgrader"]
+        record(self.report_directory, resources, "forged", forged)
+        return nb, resources
+
+
+def markdown_cells(resources) -> set[str]:
+    from nbgrader.api import Gradebook
+
+    nbg = resources["nbgrader"]
+    with Gradebook(nbg["db_url"]) as gb:
+        source = gb.find_notebook(nbg["notebook"], nbg["assignment"])
+        return {c.name for c in source.source_cells if c.cell_type != "code"} | {c.name for c in source.task_cells}
+
+
+def trusted_cells(resources) -> tuple[dict[str, bool], set[str]]:
+    """From the gradebook (the instructor's source, never the submission): ``({grade_id: is_test} of the
+    read-only and test code cells, {grade_ids of the answer cells})``."""
+    from nbgrader.api import Gradebook
+
+    nbg = resources["nbgrader"]
+    with Gradebook(nbg["db_url"]) as gb:
+        source = gb.find_notebook(nbg["notebook"], nbg["assignment"])
+        graded = {c.name for c in source.grade_cells}
+        answers = {c.name for c in source.solution_cells}
+        trusted = {c.name: c.name in graded for c in source.source_cells
+                   if c.cell_type == "code" and c.name not in answers and (c.locked or c.name in graded)}
+    return trusted, answers
+
+
 def _defined_functions(src: str) -> set[str]:
     import ast
     try:
@@ -82,17 +160,56 @@ def _defined_functions(src: str) -> set[str]:
 
 
 class SandboxedExecute(Execute):
-    """nbgrader's Execute, made robust to kernels that die, hang or flood their output."""
+    """nbgrader's Execute in the sandbox kernel, made robust to kernels that die, hang or flood their output."""
 
     report_directory = Unicode("", help="Where the grading reports go.").tag(config=True)
     max_output_chars = Integer(20_000, help="Characters of output kept per cell while it arrives.").tag(config=True)
+    sandbox = Bool(True, help="Run learners' code in the bubblewrap sandbox. Turning it off needs "
+                              "TFMLIB_GRADING_UNSAFE=1 as well.").tag(config=True)
+    starved_share = Float(0.33, help="A cell that timed out while its kernel got less than this share of one "
+                                     "core was starved by the machine's load: reported as such.").tag(config=True)
+
+    def _sandboxed(self) -> bool:
+        unsafe = os.environ.get(UNSAFE_ENV) == "1"
+        if not self.sandbox and not unsafe:
+            raise RuntimeError("SandboxedExecute.sandbox = False also needs TFMLIB_GRADING_UNSAFE=1 in the "
+                               "environment: grading without the sandbox is never chosen by accident")
+        if unsafe:
+            self.log.warning("TFMLIB_GRADING_UNSAFE=1: learners' code runs WITHOUT the grading sandbox")
+            return False
+        if shutil.which("bwrap") is None:
+            raise RuntimeError(NO_BWRAP)
+        return True
 
     def preprocess(self, nb, resources=None, km=None):
         self._stopped = None
         self._sizes = {}
-        nb, resources = super().preprocess(nb, resources, km)
+        sandboxed = self._sandboxed()
+        self._private = Path(tempfile.mkdtemp(prefix="tfmlib-grading-"))
+        workdir = Path((resources or {}).get("metadata", {}).get("path") or ".").resolve()
+        # The audit hook of the kernel reports files opened in the course outside the learner's own folder.
+        watch = {str(Path.cwd().resolve())} | ({str(workdir.parents[2])} if len(workdir.parents) > 2 else set())
+        write_kernelspec(self._private / "jupyter", sandboxed=sandboxed, env={WATCH_ENV: os.pathsep.join(watch)})
+        (self._private / "run").mkdir(mode=0o700)
+        (workdir / TRACE_NAME).unlink(missing_ok=True)      # only what this run records counts
+        try:
+            nb, resources = super().preprocess(nb, resources, km)
+            attempts = audit_reports(self._private / "run" / "audit.log")
+        finally:
+            shutil.rmtree(self._private, ignore_errors=True)
         record(self.report_directory, resources, "execution", self._stopped or "ok")
+        record(self.report_directory, resources, "attempts", attempts)
         return nb, resources
+
+    def create_kernel_manager(self):
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        specs = KernelSpecManager(kernel_dirs=[str(self._private / "jupyter" / "kernels")], config=self.config)
+        self.kernel_name = KERNEL_NAME
+        self.km = self.kernel_manager_class(kernel_name=KERNEL_NAME, kernel_spec_manager=specs,
+                                            transport="ipc", ip=str(self._private / "run" / "kernel"),
+                                            config=self.config)
+        return self.km
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type != "code":
@@ -100,16 +217,46 @@ class SandboxedExecute(Execute):
         if self._stopped:
             cell.outputs = [error_output("NotRun", f"not run, because {self._stopped}")]
             return cell, self.resources
+        original = cell.source
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid and is_grade(cell) and not is_solution(cell):
+            # Names the test for the trace the kernel records (removed again below).
+            cell.source = f"__import__('tfmlib.checking').checking._begin_test({gid!r})\n" + original
+        started = (monotonic(), self._kernel_cpu())
         try:
             return super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
             self._stopped = ("the kernel died in an earlier cell (os._exit, a crash, or a memory, CPU or "
                              "process limit of the grading sandbox)")
             cell.outputs.append(error_output("DeadKernelError", "the kernel died while running this cell"))
-        except CellTimeoutError:
+        except CellTimeoutError as err:
+            # A time limit reached on a starved machine says nothing about the answer: the report says so, and
+            # scripts/grade.py grades the submission again with longer limits instead of keeping this score.
+            wall, cpu = monotonic() - started[0], self._kernel_cpu() - started[1]
+            if "IOPub" in str(err):
+                starved = f"the cell's output did not reach the grader within {self.iopub_timeout} s"
+            elif cpu < self.starved_share * wall:
+                starved = f"the kernel got {cpu:.1f} s of CPU in {wall:.0f} s"
+            else:
+                starved = ""
             self._stopped = f"a cell ran longer than {self.timeout} s and the kernel was stopped"
+            if starved:
+                self._stopped += f" (the grading machine was overloaded: {starved})"
+                record(self.report_directory, resources, "starved", starved)
             cell.outputs.append(error_output("CellTimeoutError", f"this cell ran longer than {self.timeout} s"))
+        finally:
+            cell.source = original
         return cell, self.resources
+
+    def _kernel_cpu(self) -> float:
+        """CPU seconds used so far by the kernel's processes (the sandbox and everything in it)."""
+        try:
+            import psutil
+
+            root = psutil.Process(self.km.provisioner.process.pid)
+            return sum(sum(p.cpu_times()[:4]) for p in [root, *root.children(recursive=True)])
+        except Exception:  # noqa: BLE001 - unknown (no kernel yet, process gone): counts as no CPU used
+            return 0.0
 
     def output(self, outs, msg, display_id, cell_index):
         """Drop output past ``max_output_chars`` per cell as it arrives (a flood never fills memory)."""
@@ -151,3 +298,58 @@ class StderrToStdout(NbGraderPreprocessor):
                     out.name = "stdout"
                     out.text = "".join(f"[stderr] {line}" for line in out.text.splitlines(True))
         return cell, resources
+
+
+def audit_reports(log: Path, limit: int = 20) -> list[str]:
+    """What the kernel's audit hook reported (files of the course, processes, sockets, databases)."""
+    if not log.exists():
+        return []
+    seen: list[str] = []
+    with open(log, "rb") as f:
+        for raw in f.read(4_000_000).decode(errors="replace").splitlines():
+            if raw.startswith(AUDIT_MARK):
+                what = "the answer's code tried to " + raw[len(AUDIT_MARK):].strip()[:300].replace("opened", "open", 1)
+                if what not in seen:
+                    seen.append(what)
+    return seen[:limit] + ([f"... and {len(seen) - limit} more"] if len(seen) > limit else [])
+
+
+class VerifyOutside(NbGraderPreprocessor):
+    """Reach every test cell's verdict again in this process, from the results the kernel recorded."""
+
+    report_directory = Unicode("", help="Where the grading reports go.").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        from nbgrader.api import Gradebook
+
+        from tfmlib import trace
+        from verify import replay
+
+        nbg = resources["nbgrader"]
+        with Gradebook(nbg["db_url"]) as gb:
+            source = gb.find_notebook(nbg["notebook"], nbg["assignment"])
+            graded = {c.name for c in source.grade_cells}
+            solutions = {c.name for c in source.solution_cells}
+            trusted = {c.name: (c.source, c.name in graded) for c in source.source_cells
+                       if c.cell_type == "code" and c.name not in solutions and (c.locked or c.name in graded)}
+        order = [c.metadata.nbgrader["grade_id"] for c in nb.cells
+                 if c.cell_type == "code" and "nbgrader" in c.metadata and c.metadata.nbgrader.get("grade_id") in trusted]
+        missing = [name for name in trusted if name not in order and not trusted[name][1]]
+        cells = [(name, *trusted[name]) for name in missing + order]
+        workdir = Path(resources.get("metadata", {}).get("path") or ".")
+        records, problems = trace.load(workdir / TRACE_NAME)
+        (workdir / TRACE_NAME).unlink(missing_ok=True)
+        verdicts = replay(cells, records, problems)
+        disagreements = []
+        for cell in nb.cells:
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if cell.cell_type != "code" or gid not in verdicts.passed or verdicts.passed[gid]:
+                continue
+            if not any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+                disagreements.append(f"test '{gid}' passed inside the notebook but failed the grader's own check "
+                                     f"({verdicts.messages[gid][:300]})")
+                cell.outputs.append(error_output(
+                    "GraderCheckFailed", "the grader re-checked your results outside your notebook and this test "
+                                         "fails: " + verdicts.messages[gid][:2000]))
+        record(self.report_directory, resources, "verification", disagreements + verdicts.problems)
+        return nb, resources

@@ -22,6 +22,49 @@ import shutil
 import sys
 from pathlib import Path
 
+TRACE_ENV = "TFMLIB_GRADING_TRACE"          # see tfmlib/trace.py
+TRACE_NAME = ".tfmlib-grading-trace.jsonl"
+AUDIT_MARK = "TFMLIB-AUDIT "
+WATCH_ENV, OWN_ENV, FD_ENV = "TFMLIB_AUDIT_WATCH", "TFMLIB_AUDIT_OWN", "TFMLIB_AUDIT_FD"
+
+# Runs in the kernel before ipykernel starts: a Python audit hook (which cannot be removed once added)
+# reports, on a file descriptor it inherits (audit.log beside the sockets, which the grader reads; not
+# the kernel's stdout or stderr, which ipykernel forwards to the notebook), every attempt to open a file under the
+# watched folders (the course) outside the learner's own folder, to start a process, to use a socket or
+# to open an SQLite database.  The sandbox stops these; the hook makes sure the instructor hears of them.
+AUDIT_LAUNCHER = """
+import os, platform, sys
+platform.uname().processor     # asked of 'uname' by debugpy at start-up: answered before the hook is on
+def _audit(event, args, _write=os.write, _fd=int(os.environ.pop(%(fd)r, '2')), _abspath=os.path.abspath,
+           _sep=os.sep, _mark=%(mark)r,
+           _watch=tuple(w for w in os.environ.pop(%(watch)r, '').split(os.pathsep) if w),
+           _own=tuple(w for w in os.environ.pop(%(own)r, '').split(os.pathsep) if w)):
+    try:
+        if event == 'open' and isinstance(args[0], (str, bytes)):
+            p = _abspath(args[0] if isinstance(args[0], str) else args[0].decode(errors='replace'))
+            if not any(p == w or p.startswith(w + _sep) for w in _watch) or \
+                    any(p == w or p.startswith(w + _sep) for w in _own):
+                return
+            what = 'opened ' + p
+        elif event in ('socket.connect', 'socket.bind', 'socket.sendto', 'socket.sendmsg'):
+            what = event + ' ' + repr(args[1])[:200]
+        elif event in ('subprocess.Popen', 'os.system', 'os.exec', 'os.posix_spawn', 'os.spawn', 'os.fork',
+                       'os.forkpty', 'pty.spawn'):
+            what = 'start a process (' + event + ' ' + repr(args[0])[:120] + ')'
+        elif event == 'sqlite3.connect' and args and str(args[0]) != ':memory:':
+            what = 'opened the SQLite database ' + str(args[0])[:200]
+        else:
+            return
+        _write(_fd, (_mark + what + chr(10)).encode())
+    except Exception:
+        pass
+sys.addaudithook(_audit)
+del _audit
+import runpy
+sys.argv[0] = 'ipykernel_launcher'
+runpy.run_module('ipykernel_launcher', run_name='__main__', alter_sys=True)
+""" % {"mark": AUDIT_MARK, "watch": WATCH_ENV, "own": OWN_ENV, "fd": FD_ENV}
+
 # Limits (override with the environment variables of the same name when grading).
 LIMITS = {
     "GRADER_MEMORY_MB": 3072,      # address space of each process (RLIMIT_AS)
@@ -87,7 +130,7 @@ def socket_dir(conn: dict) -> str:
     return folder
 
 
-def bwrap_command(connection_file: str, workdir: str) -> list[str]:
+def bwrap_command(connection_file: str, workdir: str, audit_fd: int = 2) -> list[str]:
     conn = json.loads(Path(connection_file).read_text())
     sockets = socket_dir(conn)
     env = {
@@ -95,6 +138,8 @@ def bwrap_command(connection_file: str, workdir: str) -> list[str]:
         "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp", "IPYTHONDIR": "/tmp/.ipython", "PYTHONNOUSERSITE": "1",
         "PYTHONDONTWRITEBYTECODE": "1", "TFMLIB_DEVICE": "cpu", "OMP_NUM_THREADS": "1",
         "JUPYTER_RUNTIME_DIR": "/tmp", "PYTHONWARNINGS": "ignore",
+        TRACE_ENV: os.path.join(workdir, TRACE_NAME),   # tfmlib.checking records the learner's results here
+        WATCH_ENV: os.environ.get(WATCH_ENV, ""), OWN_ENV: own_folders(workdir), FD_ENV: str(audit_fd),
     }
     # New network, process, IPC and host-name namespaces; a user namespace only when not root
     # (as root, setpriv below drops to an unprivileged user instead).
@@ -117,8 +162,7 @@ def bwrap_command(connection_file: str, workdir: str) -> list[str]:
     cmd += ["/usr/bin/prlimit", f"--as={limit('GRADER_MEMORY_MB') * mb}", f"--nproc={limit('GRADER_NPROC')}",
             f"--cpu={limit('GRADER_CPU_SECONDS')}", f"--fsize={limit('GRADER_FILE_MB') * mb}",
             f"--nofile={limit('GRADER_NOFILE')}", "--core=0", "--"]
-    cmd += [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file,
-            "--HistoryManager.hist_file=:memory:"]
+    cmd += [sys.executable, "-c", AUDIT_LAUNCHER, "-f", connection_file, "--HistoryManager.hist_file=:memory:"]
     return cmd
 
 
@@ -132,21 +176,57 @@ def hand_over(connection_file: str, workdir: str) -> None:
     os.chown(connection_file, NOBODY, NOBODY)
 
 
+def unsandboxed(connection_file: str, workdir: str) -> None:
+    """The instructor's explicit opt-out (``TFMLIB_GRADING_UNSAFE=1``): a plain kernel that still records
+    the learner's results for the verdicts outside it, but with no confinement at all."""
+    env = {**os.environ, TRACE_ENV: os.path.join(workdir, TRACE_NAME), OWN_ENV: own_folders(workdir),
+           FD_ENV: str(open_audit_log(connection_file))}
+    log_to_socket_dir(connection_file)
+    os.execve(sys.executable, [sys.executable, "-c", AUDIT_LAUNCHER, "-f", connection_file,
+                               "--HistoryManager.hist_file=:memory:"], env)
+
+
+def own_folders(workdir: str) -> str:
+    """Folders the kernel may open without a report: its own, the Python installation and tfmlib."""
+    import tfmlib
+
+    paths = [workdir, sys.prefix, os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix),
+             str(Path(tfmlib.__file__).resolve().parent)]
+    return os.pathsep.join(paths)
+
+
+def open_audit_log(connection_file: str) -> int:
+    """audit.log beside the sockets, opened for the kernel to inherit; returns its descriptor."""
+    folder = socket_dir(json.loads(Path(connection_file).read_text()))
+    fd = os.open(os.path.join(folder, "audit.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.set_inheritable(fd, True)
+    return fd
+
+
+def log_to_socket_dir(connection_file: str) -> None:
+    """The kernel's own console output (and the audit hook's reports) go to kernel.log beside its sockets,
+    which the grader reads; not to the grader's terminal."""
+    if os.environ.get("GRADER_DEBUG"):
+        return
+    log = os.open(os.path.join(socket_dir(json.loads(Path(connection_file).read_text())), "kernel.log"),
+                  os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+
+
 def main(argv: list[str]) -> None:
-    if len(argv) != 2:
-        raise SystemExit("usage: sandbox_kernel.py CONNECTION_FILE")
+    if len(argv) not in (2, 3) or (len(argv) == 3 and argv[1] != "--unsandboxed"):
+        raise SystemExit("usage: sandbox_kernel.py [--unsandboxed] CONNECTION_FILE")
+    if len(argv) == 3:
+        unsandboxed(os.path.abspath(argv[2]), os.getcwd())
     if shutil.which("bwrap") is None:
         raise SystemExit("tfmlib-sandbox: bubblewrap is not installed (Debian: apt-get install bubblewrap)")
     connection_file, workdir = os.path.abspath(argv[1]), os.getcwd()
     hand_over(connection_file, workdir)
-    cmd = bwrap_command(connection_file, workdir)
+    cmd = bwrap_command(connection_file, workdir, open_audit_log(connection_file))
     if os.environ.get("GRADER_DEBUG"):
         print(" ".join(cmd), file=sys.stderr)
-    else:  # the kernel's own console chatter goes to a log beside its sockets, not the grader's terminal
-        log = os.open(os.path.join(socket_dir(json.loads(Path(connection_file).read_text())), "kernel.log"),
-                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
+    log_to_socket_dir(connection_file)
     os.execvp(cmd[0], cmd)
 
 

@@ -1,48 +1,72 @@
-"""Static checks of a learner's code, run in the grader's process before anything executes.
+"""Static check of a learner's code, run in the grader's process before anything executes.
 
-The scan reads the learner's cells (answer cells and any cell the learner added) as Python syntax
-trees and flags code that would let an answer pass without being the learner's own work or that
-reaches outside the exercise:
+An allow-list, not a deny-list.  Each learner cell (answer cells and any cell the learner added) is turned
+into plain Python exactly as the kernel would turn it (IPython's own input transformer, so magics and shell
+escapes become the ``get_ipython()`` calls they really are) and parsed.  Then every name and attribute it
+uses must be one of:
 
-- using a library's implementation of what the exercise asks for (``torch.nn.functional.
-  scaled_dot_product_attention``, ``torch.nn.MultiheadAttention``, ``tfmlib`` …);
-- rebinding library functions or the names the notebook's own read-only cells define (for example
-  ``torch.allclose = …`` or redefining a test helper);
-- reflection that can do either in disguise (``getattr``, ``setattr``, ``globals``, ``exec``, ``eval``,
-  ``__import__``, ``__torch_function__``, ``__class__`` …), subclassing ``torch.Tensor``;
-- touching the file system, processes or the network (``open``, ``os``, ``subprocess``, ``socket`` …).
+- a name the learner's own code binds (a function, a parameter, a local or top-level variable, a helper);
+- an allowed built-in (``len``, ``range``, ``sum``, ``print``, exceptions …), see ``ALLOWED_BUILTINS``;
+- a module from ``ALLOWED_MODULES`` (``torch`` and its tensor packages, ``math``, ``numpy`` …) or a public
+  attribute of one that is not itself another module nor one of ``FORBIDDEN_ATTRIBUTES`` (the library
+  implementations of what the exercises ask for) or ``DANGEROUS_ATTRIBUTES`` (files, hooks, compilers …);
+- a name the notebook's read-only cells bind, except the checking module ``check``.
 
-A flag never depends on running the code. Flagged cells are withheld from grading (see
-``preprocessors.ScanSubmission``) and the reasons are recorded for a person to review.
+Everything else is flagged: any dunder (``__class__``, ``__dict__`` …), reflection (``getattr``, ``vars``,
+``globals``, ``exec``, ``eval``, ``compile``, ``type``, ``sys.modules``, ``importlib`` …), files, processes and
+sockets, assigning to attributes of modules or of the read-only cells' objects, rebinding a read-only or
+built-in name, reading a test cell's variable inside a function, subclassing anything but ``nn.Module``.
+
+It fails closed: a cell that cannot be transformed or parsed is flagged (and withheld), never skipped.  A
+flag never depends on running the code; flagged cells are withheld from grading (``preprocessors.
+ScanSubmission``) and the reasons go into the report for a person to review.
 """
 from __future__ import annotations
 
 import ast
+import builtins
+import importlib
+import re
+import types
 from dataclasses import dataclass
 
-# Library implementations that do the exercises' work.
+# Modules (full dotted names) an answer may import or use.
+ALLOWED_MODULES = {
+    "torch", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.linalg", "torch.fft", "torch.special",
+    "torch.autograd", "torch.func", "torch.distributions", "torch.random",
+    "math", "cmath", "numpy", "numpy.linalg", "numpy.random", "numpy.fft", "typing", "__future__", "functools",
+    "itertools", "collections", "dataclasses", "random", "statistics", "numbers", "fractions", "warnings",
+    "scipy", "scipy.optimize", "scipy.special", "scipy.stats", "scipy.linalg",
+}
+ALLOWED_BUILTINS = {
+    "abs", "all", "any", "bool", "callable", "chr", "complex", "dict", "divmod", "enumerate", "filter", "float",
+    "format", "frozenset", "int", "isinstance", "issubclass", "iter", "len", "list", "map", "max", "min", "next",
+    "ord", "pow", "print", "range", "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple",
+    "zip", "super", "property", "staticmethod", "classmethod", "NotImplemented", "Ellipsis", "display",
+    "Exception", "ValueError", "TypeError", "RuntimeError", "IndexError", "KeyError", "NotImplementedError",
+    "AssertionError", "ZeroDivisionError", "ArithmeticError", "OverflowError", "StopIteration", "LookupError",
+    "AttributeError", "Warning", "UserWarning", "RuntimeWarning", "DeprecationWarning",
+}
+# Library implementations of what the exercises ask the learner to write.
 FORBIDDEN_ATTRIBUTES = {
     "scaled_dot_product_attention", "_scaled_dot_product_attention", "multi_head_attention_forward",
     "MultiheadAttention", "Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer",
-    "TransformerEncoder", "TransformerDecoder", "layer_norm", "LayerNorm", "native_layer_norm",
-    "RNN", "RNNCell", "rnn_tanh", "rnn_tanh_cell", "GRU", "LSTM", "ops", "_C", "_VF",
+    "TransformerEncoder", "TransformerDecoder", "layer_norm", "LayerNorm", "native_layer_norm", "group_norm",
+    "GroupNorm", "RMSNorm", "rms_norm", "RNN", "RNNCell", "rnn_tanh", "rnn_tanh_cell", "GRU", "GRUCell", "LSTM",
+    "LSTMCell", "generate_square_subsequent_mask",
 }
-FORBIDDEN_MODULES = {
-    "tfmlib", "os", "sys", "subprocess", "socket", "shutil", "ctypes", "importlib", "builtins", "gc",
-    "inspect", "pathlib", "io", "signal", "multiprocessing", "threading", "pickle", "sqlite3", "urllib",
-    "http", "requests", "pty", "fcntl", "resource", "marshal", "code", "codeop", "runpy", "unittest",
-    "nbgrader", "IPython", "tempfile", "glob", "mmap", "asyncio", "concurrent", "posix", "select",
+# Files, processes, compilers, hooks and global switches, whatever object they hang on.
+DANGEROUS_ATTRIBUTES = {
+    "save", "load", "from_file", "tofile", "fromfile", "memmap", "loadtxt", "savetxt", "genfromtxt", "savez",
+    "savez_compressed", "fromregex", "DataSource", "hub", "jit", "ops", "library", "utils", "package", "compile",
+    "cpp_extension", "classes", "overrides", "multiprocessing", "distributed", "f2py", "ctypeslib", "lib",
+    "testing", "distutils", "core", "show_config", "modules", "builtins", "globals", "system", "popen",
 }
-FORBIDDEN_CALLS = {
-    "getattr", "setattr", "delattr", "globals", "locals", "vars", "exec", "eval", "compile",
-    "__import__", "open", "breakpoint", "input", "get_ipython", "memoryview",
-}
-FORBIDDEN_DUNDERS = {
-    "__torch_function__", "__torch_dispatch__", "__class__", "__dict__", "__globals__", "__builtins__",
-    "__subclasses__", "__code__", "__closure__", "__getattribute__", "__setattr__", "__eq__", "__ne__",
-    "__bool__", "__mro__", "__bases__", "__import__", "__loader__", "__spec__", "__defaults__",
-    "__kwdefaults__", "__reduce__", "__reduce_ex__", "__del__", "__init_subclass__", "__module__",
-}
+DANGEROUS_PREFIXES = ("register_", "set_default", "_")
+ALLOWED_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module", "torch.autograd.Function",
+                 "torch.autograd.function.Function"}
+ALLOWED_DUNDER_DEFS = {"__init__", "__call__", "__repr__"}
+_FORMAT_FIELD = re.compile(r"\{[^{}]*[.\[]\s*_")
 
 
 @dataclass(frozen=True)
@@ -55,202 +79,482 @@ class Flag:
         return f"cell {self.cell}, line {self.line}: {self.reason}"
 
 
-def bound_names(tree: ast.AST) -> dict[str, str]:
-    """Names a piece of code binds at top level or anywhere, mapped to what they are bound to:
-    'import:<module>' for imports, 'def' for functions/classes, 'value' otherwise."""
-    names: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                names[a.asname or a.name.split(".")[0]] = f"import:{a.name if a.asname else a.name.split('.')[0]}"
-        elif isinstance(node, ast.ImportFrom):
-            for a in node.names:
-                names[a.asname or a.name] = f"import:{node.module}.{a.name}"
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names[node.name] = "def"
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.setdefault(node.id, "value")
-    return names
+# --- turning a cell into Python ---------------------------------------------------------------------------
+def to_python(src: str) -> str:
+    """The Python the IPython kernel runs for ``src`` (magics and ``!`` become ``get_ipython()`` calls)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return TransformerManager().transform_cell(src)
 
 
-def module_aliases(names: dict[str, str]) -> set[str]:
-    return {n for n, what in names.items() if what.startswith("import:")}
+def parse(src: str) -> ast.Module:
+    """``src`` as the kernel would see it; raises SyntaxError (or ValueError) when it cannot be read."""
+    return ast.parse(to_python(src))
 
 
-def _root_name(node: ast.AST) -> str | None:
-    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
-        node = node.func if isinstance(node, ast.Call) else node.value
-    return node.id if isinstance(node, ast.Name) else None
+# --- what names a piece of code binds ---------------------------------------------------------------------
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
+           ast.DictComp, ast.GeneratorExp)
 
 
-class _Checker(ast.NodeVisitor):
-    def __init__(self, cell: int, protected: dict[str, str], modules: set[str]):
-        self.cell, self.protected, self.modules = cell, protected, modules
-        self.flags: list[Flag] = []
-        self.local_imports: dict[str, str] = {}
+def _imported(alias: ast.alias, module: str | None, level: int = 0) -> tuple[str, str]:
+    """(bound name, what it is) for one imported name: 'import:<dotted module or module.attr>'."""
+    if module is None:     # import a.b.c [as x]
+        if alias.asname:
+            return alias.asname, f"import:{alias.name}"
+        return alias.name.split(".")[0], f"import:{alias.name.split('.')[0]}"
+    return alias.asname or alias.name, f"import:{'.' * level}{module}.{alias.name}"
 
-    def flag(self, node, reason):
-        self.flags.append(Flag(self.cell, getattr(node, "lineno", 0), reason))
 
-    # imports -----------------------------------------------------------------------------------
-    def _check_import(self, node, module: str, binds: dict[str, str]):
-        top = module.split(".")[0]
-        if top in FORBIDDEN_MODULES:
-            self.flag(node, f"imports '{module}', which graded answers may not use")
-        for name, what in binds.items():
-            leaf = what.rsplit(".", 1)[-1]
-            if leaf in FORBIDDEN_ATTRIBUTES:
-                self.flag(node, f"imports '{leaf}', a library implementation of what the exercise asks for")
-            if name in self.protected and self.protected[name] != what:
-                self.flag(node, f"rebinds '{name}', which the notebook's read-only cells define")
-        self.modules |= set(binds)
+class _Binder(ast.NodeVisitor):
+    """Names bound directly in one scope (nested scopes contribute only their own name)."""
+
+    def __init__(self):
+        self.names: dict[str, str] = {}
+        self.declared_global: set[str] = set()
+
+    def bind(self, name, what="value"):
+        self.names.setdefault(name, what)
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            self.bind(node.id)
 
     def visit_Import(self, node):
         for a in node.names:
-            binds = bound_names(ast.Module(body=[ast.Import(names=[a])], type_ignores=[]))
-            self._check_import(node, a.name, binds)
+            self.bind(*_imported(a, None))
 
     def visit_ImportFrom(self, node):
-        module = "." * node.level + (node.module or "")
+        for a in node.names:
+            if a.name != "*":
+                self.bind(*_imported(a, node.module or "", node.level))
+
+    def _nested(self, node):
+        if not isinstance(node, ast.Lambda) and hasattr(node, "name"):
+            self.bind(node.name, "def")
+        for d in getattr(node, "decorator_list", []):
+            self.visit(d)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _nested
+
+    def visit_Lambda(self, node):
+        pass
+
+    def visit_ListComp(self, node):   # the first iterable belongs to the enclosing scope
+        self.visit(node.generators[0].iter)
+
+    visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_ListComp
+
+    def visit_NamedExpr(self, node):
+        self.bind(node.target.id)
+        self.visit(node.value)
+
+    def visit_ExceptHandler(self, node):
+        if node.name:
+            self.bind(node.name)
+        self.generic_visit(node)
+
+    def visit_Global(self, node):
+        self.declared_global |= set(node.names)
+
+    visit_Nonlocal = visit_Global
+
+    def visit_MatchAs(self, node):
+        if node.name:
+            self.bind(node.name)
+        self.generic_visit(node)
+
+    def visit_MatchStar(self, node):
+        if node.name:
+            self.bind(node.name)
+
+    def visit_MatchMapping(self, node):
+        if node.rest:
+            self.bind(node.rest)
+        self.generic_visit(node)
+
+
+def scope_bindings(node) -> tuple[dict[str, str], set[str]]:
+    """(names bound in the scope that ``node`` opens, names it declares global/nonlocal)."""
+    b = _Binder()
+    if isinstance(node, ast.Module):
+        body = node.body
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        args = node.args
+        for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
+            if a is not None:
+                b.bind(a.arg)
+        body = node.body if isinstance(node.body, list) else [node.body]
+    elif isinstance(node, ast.ClassDef):
+        body = node.body
+    else:   # comprehension: its targets
+        for gen in node.generators:
+            b.visit(gen.target)
+        body = []
+    for stmt in body:
+        b.visit(stmt)
+    return {k: v for k, v in b.names.items() if k not in b.declared_global}, b.declared_global
+
+
+def bound_names(tree: ast.AST) -> dict[str, str]:
+    """Names a piece of code binds at its top level: 'import:<module>', 'def' or 'value'."""
+    return scope_bindings(tree)[0]
+
+
+# --- modules, resolved by looking at the real (trusted) module objects ------------------------------------
+def _module_attr(path: str):
+    """The object ``path`` (e.g. 'torch.nn.functional.softmax') names, or None; imports only allowed modules."""
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        mod = ".".join(parts[:i])
+        if mod in ALLOWED_MODULES:
+            try:
+                obj = importlib.import_module(mod)
+            except ImportError:
+                return None
+            for p in parts[i:]:
+                obj = getattr(obj, p, None)
+                if obj is None:
+                    return None
+            return obj
+    return None
+
+
+def _module_name(obj) -> str | None:
+    return obj.__name__ if isinstance(obj, types.ModuleType) else None
+
+
+# --- the check --------------------------------------------------------------------------------------------
+class _Scope:
+    def __init__(self, node, kind, names, declared_global):
+        self.node, self.kind, self.names, self.declared_global = node, kind, names, declared_global
+
+
+class _Checker(ast.NodeVisitor):
+    """Walks one learner cell; ``context`` is shared by every cell of the notebook."""
+
+    def __init__(self, cell: int, context: "_Context"):
+        self.cell, self.ctx = cell, context
+        self.flags: list[Flag] = []
+        self.stack: list[_Scope] = []
+
+    def flag(self, node, reason):
+        self.flags.append(Flag(self.cell, getattr(node, "lineno", 1), reason))
+
+    # scopes --------------------------------------------------------------------------------------------
+    def run(self, tree: ast.Module):
+        self.stack.append(_Scope(tree, "module", self.ctx.learner_top, set()))
+        for stmt in tree.body:
+            self.visit(stmt)
+        self.stack.pop()
+
+    def _enter(self, node, kind, body):
+        names, declared = scope_bindings(node)
+        for name in declared:
+            if name in self.ctx.protected or name in dir(builtins):
+                self.flag(node, f"declares 'global {name}', a name the notebook's read-only cells or Python define")
+        self.stack.append(_Scope(node, kind, names, declared))
+        for item in body:
+            self.visit(item)
+        self.stack.pop()
+
+    def in_function(self) -> bool:
+        return any(s.kind == "function" for s in self.stack)
+
+    def resolve(self, name: str) -> str:
+        """'local' (the learner's own), 'module' (a top-level name of the learner), 'setup', 'test',
+        'builtin', or 'unknown'."""
+        innermost = self.stack[-1]
+        for scope in reversed(self.stack[1:]):
+            if name in scope.declared_global:
+                break
+            if scope.kind == "class" and scope is not innermost:
+                continue
+            if name in scope.names:
+                return "local"
+        if name in self.ctx.learner_top or name in self.ctx.graded:
+            return "module"
+        if name in self.ctx.setup:
+            return "setup"
+        if name in ALLOWED_BUILTINS:
+            return "builtin"
+        if name in self.ctx.tests:
+            return "test"
+        return "unknown"
+
+    # definitions ---------------------------------------------------------------------------------------
+    def visit_FunctionDef(self, node):
+        if node.name.startswith("__"):
+            if not (node.name in ALLOWED_DUNDER_DEFS and self.stack[-1].kind == "class"):
+                self.flag(node, f"defines '{node.name}' (a dunder method can change how the tests see values)")
+        else:
+            self._check_store_name(node, node.name)
+        for d in node.decorator_list:
+            self.visit(d)
+        for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
+            self.visit(default)
+        for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs + [node.args.vararg, node.args.kwarg]:
+            if a is not None and a.annotation is not None:
+                self.visit(a.annotation)
+            if a is not None and a.arg.startswith("__"):
+                self.flag(node, f"uses the dunder name '{a.arg}'")
+        if node.returns is not None:
+            self.visit(node.returns)
+        self._enter(node, "function", node.body)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Lambda(self, node):
+        for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
+            self.visit(default)
+        self._enter(node, "function", [node.body])
+
+    def visit_ClassDef(self, node):
+        self._check_store_name(node, node.name)
+        for d in node.decorator_list:
+            self.visit(d)
+        for base in node.bases:
+            self.visit(base)
+            if not self._allowed_base(base):
+                self.flag(node, f"subclasses '{ast.unparse(base)}' (only torch.nn.Module and your own classes "
+                                f"may be subclassed; a subclass of a tensor or a number can fake comparisons)")
+        for kw in node.keywords:
+            self.flag(node, f"passes '{kw.arg}=' to a class definition (metaclasses are not allowed in answers)")
+        self._enter(node, "class", node.body)
+
+    def _allowed_base(self, base) -> bool:
+        if isinstance(base, ast.Name) and self.resolve(base.id) in ("local", "module") and \
+                self.ctx.learner_top.get(base.id) == "def":
+            return True
+        path = self._dotted(base)
+        obj = _module_attr(path) if path else None
+        return obj is not None and f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}" in ALLOWED_BASES
+
+    def _comprehension(self, node):
+        self.visit(node.generators[0].iter)
+        names, _ = scope_bindings(node)
+        self.stack.append(_Scope(node, "function", names, set()))
+        for k, gen in enumerate(node.generators):
+            if k:
+                self.visit(gen.iter)
+            for cond in gen.ifs:
+                self.visit(cond)
+        for part in ("elt", "key", "value"):
+            if hasattr(node, part):
+                self.visit(getattr(node, part))
+        self.stack.pop()
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
+
+    # imports -------------------------------------------------------------------------------------------
+    def visit_Import(self, node):
+        for a in node.names:
+            if a.name not in ALLOWED_MODULES:
+                self.flag(node, f"imports '{a.name}', which answers may not use "
+                                f"(allowed: torch, math, numpy and a few standard modules)")
+            self._check_store_name(node, *_imported(a, None))
+
+    def visit_ImportFrom(self, node):
+        module = node.module or ""
+        if node.level or module not in ALLOWED_MODULES:
+            self.flag(node, f"imports from '{'.' * node.level}{module}', which answers may not use")
+            return
         for a in node.names:
             if a.name == "*":
                 self.flag(node, f"'from {module} import *' hides which names are used")
                 continue
-            binds = {a.asname or a.name: f"import:{node.module}.{a.name}"}
-            self._check_import(node, module, binds)
+            self._check_attr_name(node, a.name, f"{module}.{a.name}", module_root=True)
+            obj = _module_attr(f"{module}.{a.name}")
+            sub = _module_name(obj)
+            if sub is not None and sub not in ALLOWED_MODULES:
+                self.flag(node, f"imports the module '{sub}', which answers may not use")
+            self._check_store_name(node, *_imported(a, module))
 
-    # rebinding -----------------------------------------------------------------------------------
-    def _check_target(self, target):
-        if isinstance(target, (ast.Tuple, ast.List)):
-            for t in target.elts:
-                self._check_target(t)
-        elif isinstance(target, ast.Starred):
-            self._check_target(target.value)
-        elif isinstance(target, ast.Name):
-            if target.id in self.protected:
-                self.flag(target, f"rebinds '{target.id}', which the notebook's read-only cells define")
-        elif isinstance(target, (ast.Attribute, ast.Subscript)):
-            root = _root_name(target)
-            if root in self.modules or root in self.protected:
-                what = ast.unparse(target)
-                self.flag(target, f"assigns to '{what}', changing a library or a read-only cell's object")
-
-    def visit_Assign(self, node):
-        for t in node.targets:
-            self._check_target(t)
+    def visit_Call(self, node):
+        # type(x) with one argument only reads a type (printing it while exploring is common); the
+        # three-argument form builds a class and stays flagged.
+        if isinstance(node.func, ast.Name) and node.func.id == "type" and len(node.args) == 1 \
+                and not node.keywords and self.resolve("type") == "unknown":
+            for arg in node.args:
+                self.visit(arg)
+            return
         self.generic_visit(node)
 
-    def visit_AugAssign(self, node):
-        self._check_target(node.target)
-        self.generic_visit(node)
-
-    def visit_AnnAssign(self, node):
-        self._check_target(node.target)
-        self.generic_visit(node)
-
-    def visit_Delete(self, node):
-        for t in node.targets:
-            self._check_target(t)
-
-    def visit_For(self, node):
-        self._check_target(node.target)
-        self.generic_visit(node)
-
-    def visit_withitem(self, node):
-        if node.optional_vars is not None:
-            self._check_target(node.optional_vars)
-        self.generic_visit(node)
-
-    def visit_NamedExpr(self, node):
-        self._check_target(node.target)
-        self.generic_visit(node)
-
-    def visit_Global(self, node):
-        for name in node.names:
-            if name in self.protected:
-                self.flag(node, f"declares 'global {name}', a name the read-only cells define")
-
-    def _check_def(self, node):
-        if node.name in FORBIDDEN_DUNDERS:
-            self.flag(node, f"defines '{node.name}' (reflection that can bypass the tests)")
-        if node.name in self.protected:
-            self.flag(node, f"redefines '{node.name}', which the notebook's read-only cells define")
-
-    def visit_FunctionDef(self, node):
-        self._check_def(node)
-        self.generic_visit(node)
-
-    visit_AsyncFunctionDef = visit_FunctionDef
-
-    def visit_ClassDef(self, node):
-        self._check_def(node)
-        for base in node.bases:
-            if isinstance(base, ast.Attribute) and base.attr == "Tensor" or \
-                    isinstance(base, ast.Name) and base.id == "Tensor":
-                self.flag(node, "subclasses torch.Tensor (a tensor subclass can fake comparisons)")
-        self.generic_visit(node)
-
-    # uses ----------------------------------------------------------------------------------------
-    def visit_Attribute(self, node):
-        if node.attr in FORBIDDEN_ATTRIBUTES and _root_name(node) in self.modules | {"torch", "F", "nn"}:
-            self.flag(node, f"uses '{ast.unparse(node)}', a library implementation of what the exercise asks for")
-        elif node.attr in FORBIDDEN_DUNDERS:
-            self.flag(node, f"uses '{node.attr}' (reflection that can bypass the tests)")
-        self.generic_visit(node)
-
+    # names ---------------------------------------------------------------------------------------------
     def visit_Name(self, node):
-        if node.id in FORBIDDEN_CALLS and isinstance(node.ctx, ast.Load):
-            self.flag(node, f"uses '{node.id}' (file, process or reflection access is not allowed in answers)")
-        elif node.id in FORBIDDEN_DUNDERS:
-            self.flag(node, f"uses '{node.id}' (reflection that can bypass the tests)")
+        name = node.id
+        if name.startswith("__") and name.endswith("__"):
+            self.flag(node, f"uses the dunder name '{name}' (reflection is not allowed in answers)")
+            return
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            self._check_store_name(node, name)
+            return
+        where = self.resolve(name)
+        if where == "setup":
+            what = self.ctx.setup[name]
+            if what.startswith("import:") and what[7:] not in ALLOWED_MODULES and \
+                    _module_name(_module_attr(what[7:])) is None and not self._allowed_import_value(what[7:]):
+                self.flag(node, f"uses '{name}' (the notebook's {what[7:]}), which answers may not use; "
+                                f"the checking helpers are for the tests only")
+        elif where == "test" and self.in_function():
+            self.flag(node, f"reads '{name}', a variable of the test cells, inside a function; "
+                            f"pass values in as arguments")
+        elif where == "module" and self.in_function() and name in self.ctx.tests and \
+                self.ctx.tests[name] != self.ctx.learner_top.get(name):
+            self.flag(node, f"reads the global '{name}' inside a function, and the test cells rebind that name; "
+                            f"pass values in as arguments")
+        elif where == "unknown":
+            if name == "get_ipython":
+                self.flag(node, "uses IPython magics or shell escapes (! / %), not allowed in answers")
+            elif name in dir(builtins):
+                self.flag(node, f"uses '{name}', which answers may not use (reflection, files, processes or "
+                                f"code execution)")
+            else:
+                self.flag(node, f"uses '{name}', which is neither defined in your answers nor allowed in them")
 
+    def _allowed_import_value(self, path: str) -> bool:
+        """A name the read-only cells imported from an allowed module (e.g. ``from math import sqrt``)."""
+        return path.rsplit(".", 1)[0] in ALLOWED_MODULES
+
+    def _check_store_name(self, node, name, what=None):
+        if name.startswith("__"):
+            self.flag(node, f"binds the dunder name '{name}'")
+        if self.stack[-1].kind != "module" and name not in self.stack[-1].declared_global:
+            return          # a local of the learner's own function or class
+        if name in self.ctx.protected and not (what and self.ctx.protected[name] == what):
+            self.flag(node, f"rebinds '{name}', which the notebook's read-only cells define")
+        elif name in dir(builtins):
+            self.flag(node, f"rebinds the built-in '{name}' for the whole notebook, tests included; "
+                            f"choose another name")
+
+    # attributes ----------------------------------------------------------------------------------------
+    def _dotted(self, node) -> str | None:
+        """'torch.nn.functional.softmax' for an attribute chain rooted at an allowed module, else None."""
+        attrs = []
+        while isinstance(node, ast.Attribute):
+            attrs.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        where = self.resolve(node.id)
+        table = self.ctx.learner_top if where == "module" else self.ctx.setup if where == "setup" else None
+        if where == "local":
+            table = next((s.names for s in reversed(self.stack) if node.id in s.names), {})
+        what = (table or {}).get(node.id, "")
+        if not what.startswith("import:"):
+            return None
+        return ".".join([what[7:]] + attrs[::-1])
+
+    def visit_Attribute(self, node):
+        attr = node.attr
+        path = self._dotted(node)
+        self._check_attr_name(node, attr, path, module_root=path is not None)
+        if path is not None and path.rsplit(".", 1)[0] in ALLOWED_MODULES:
+            sub = _module_name(_module_attr(path))
+            if sub is not None and sub not in ALLOWED_MODULES:
+                self.flag(node, f"uses the module '{sub}', which answers may not use")
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            self._check_attr_store(node)
+        self.visit(node.value)
+
+    def _check_attr_name(self, node, attr, path, module_root):
+        shown = path or attr
+        if attr.startswith("__") and not (attr == "__init__" and self._is_super_init(node)):
+            self.flag(node, f"uses '{attr}' (dunder attributes are reflection, not allowed in answers)")
+        elif attr in FORBIDDEN_ATTRIBUTES:
+            self.flag(node, f"uses '{shown}', a library implementation of what the exercise asks for")
+        elif attr in DANGEROUS_ATTRIBUTES or any(attr.startswith(p) for p in DANGEROUS_PREFIXES[:2]):
+            self.flag(node, f"uses '{shown}' (files, hooks, compilers and global switches are not allowed in answers)")
+        elif attr.startswith("_") and module_root:
+            self.flag(node, f"uses '{shown}', a private part of a library")
+
+    def _is_super_init(self, node) -> bool:
+        v = getattr(node, "value", None)
+        return isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super"
+
+    def _check_attr_store(self, node):
+        root = node
+        while isinstance(root, (ast.Attribute, ast.Subscript)):
+            root = root.value
+        name = root.id if isinstance(root, ast.Name) else None
+        if name == "self" and self.resolve("self") == "local":
+            return
+        if node.attr in ("requires_grad", "data", "grad") and name and self.resolve(name) in ("local", "module") \
+                and not self._dotted(node):
+            return
+        self.flag(node, f"assigns to '{ast.unparse(node)}' (answers may only set attributes of their own "
+                        f"objects through self)")
+
+    def visit_Subscript(self, node):
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            root = node
+            while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+                root = root.func if isinstance(root, ast.Call) else root.value
+            if isinstance(root, ast.Name) and self.resolve(root.id) not in ("local", "module"):
+                self.flag(node, f"assigns into '{ast.unparse(node)}', an object the answer does not own")
+        self.generic_visit(node)
+
+    # statements and literals ---------------------------------------------------------------------------
+    def visit_Global(self, node):
+        pass     # handled when the scope is entered
+
+    visit_Nonlocal = visit_Global
+
+    def visit_Constant(self, node):
+        if isinstance(node.value, str) and _FORMAT_FIELD.search(node.value):
+            self.flag(node, "a format string reaches into an attribute or item starting with '_' (reflection)")
+
+
+class _Context:
+    def __init__(self, setup: dict[str, str], tests: dict[str, str], learner_top: dict[str, str], graded: set[str]):
+        self.graded = set(graded)
+        self.setup = {k: v for k, v in setup.items() if k not in graded}
+        self.tests = {k: v for k, v in tests.items() if k not in graded}
+        self.learner_top = learner_top
+        # Names a learner may not rebind at top level: everything the read-only cells bind, and the
+        # functions, classes and imports of the test cells (their plain variables are reassigned before use).
+        self.protected = dict(self.setup)
+        self.protected.update({k: v for k, v in self.tests.items() if v != "value"})
+
+
+def _names_of(sources: list[str]) -> dict[str, str]:
+    names: dict[str, str] = {}
+    for src in sources:
+        try:
+            names.update(bound_names(parse(src)))
+        except (SyntaxError, ValueError):
+            continue        # trusted cells: a broken one fails on its own
+    return names
 
 
 def protected_names(setup: list[str], tests: list[str]) -> dict[str, str]:
-    """Names the learner may not rebind: everything the read-only setup cells bind, and the imports,
-    functions and classes of the test cells (their plain variables are reassigned before each use)."""
-    protected: dict[str, str] = {}
-    for src, everything in [(s, True) for s in setup] + [(t, False) for t in tests]:
-        try:
-            names = bound_names(ast.parse(src))
-        except SyntaxError:
-            continue
-        protected.update({n: w for n, w in names.items() if everything or w != "value"})
-    return protected
+    """Names the learner may not rebind (see ``_Context``)."""
+    ctx = _Context(_names_of(setup), _names_of(tests), {}, set())
+    return ctx.protected
 
 
 def scan_cells(learner: dict[int, str], setup: list[str], tests: list[str], graded_names: set[str]) -> list[Flag]:
     """Flags for the learner's cells ``{index: source}``.
 
-    ``setup`` and ``tests`` are the sources of the notebook's read-only cells (see ``protected_names``);
-    ``graded_names`` are the functions the learner must define.
+    ``setup`` and ``tests`` are the sources of the notebook's read-only cells; ``graded_names`` are the
+    functions the learner must define.  A cell that cannot be read is flagged (fail closed).
     """
-    protected = protected_names(setup, tests)
-    for name in graded_names:
-        protected.pop(name, None)
-    modules = module_aliases(protected)
     flags: list[Flag] = []
+    trees: dict[int, ast.Module] = {}
     for index, src in sorted(learner.items()):
         try:
-            tree = ast.parse(_strip_magics(src))
-        except SyntaxError:
-            continue    # it fails on its own when run
-        checker = _Checker(index, protected, set(modules))
-        checker.visit(tree)
+            trees[index] = parse(src)
+        except SyntaxError as err:
+            flags.append(Flag(index, err.lineno or 1, f"is not valid Python ({err.msg}); the cell was withheld"))
+        except Exception as err:  # noqa: BLE001 - anything the transformer cannot read is withheld
+            flags.append(Flag(index, 1, f"could not be read ({type(err).__name__}); the cell was withheld"))
+    learner_top: dict[str, str] = {}
+    for tree in trees.values():
+        for name, what in bound_names(tree).items():
+            learner_top.setdefault(name, what)
+    ctx = _Context(_names_of(setup), _names_of(tests), learner_top, set(graded_names))
+    for index, tree in trees.items():
+        checker = _Checker(index, ctx)
+        checker.run(tree)
         flags += checker.flags
-        if "!" in _magic_lines(src) or "%" in _magic_lines(src):
-            flags.append(Flag(index, 1, "uses IPython magics or shell escapes (! / %), not allowed in answers"))
     return flags
-
-
-def _magic_lines(src: str) -> str:
-    return "".join(line.lstrip()[:1] for line in src.splitlines() if line.lstrip()[:1] in "!%")
-
-
-def _strip_magics(src: str) -> str:
-    """Replace magic and shell lines by ``pass`` at the same indentation, so the rest still parses."""
-    out = []
-    for line in src.splitlines():
-        body = line.lstrip()
-        out.append(line[: len(line) - len(body)] + "pass" if body[:1] in "!%" else line)
-    return "\n".join(out)

@@ -1,0 +1,45 @@
+"""The course's autograding pipeline, applied to an nbgrader configuration object.
+
+``nbgrader_config.py`` at the course root calls ``configure_autograde(c)``, so that plain
+``nbgrader autograde`` and formgrader's *Autograde* button use it with no extra flag; ``scripts/grade.py``
+applies it too.  It changes only the ``Autograde`` converter and the grading preprocessors: the learners'
+*Validate* (nbgrader's ``Validator`` with the plain ``Execute``) stays fast and unsandboxed.
+
+Sanitising: clear outputs, drop nbgrader metadata the gradebook does not know, restore every read-only
+and test cell from the gradebook, scan the learner's cells (flagged cells are withheld).  Autograding: run in the sandbox kernel (``SandboxedExecute``), decide
+every test again outside the learner's process (``VerifyOutside``), cap output, save the grades.  Reports
+go to ``$GRADER_REPORTS`` (default ``<course root>/grading/reports``), never inside a learner's folder.
+"""
+from __future__ import annotations
+
+import os
+
+
+def configure_autograde(c) -> None:
+    from nbconvert.preprocessors import ClearMetadataPreprocessor
+    from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds,
+                                        LimitOutput, OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
+
+    from preprocessors import (CapOutput, SandboxedExecute, ScanSubmission, StderrToStdout, StripForgedMetadata,
+                               VerifyOutside)
+
+    c.Autograde.sanitize_preprocessors = [
+        ClearOutput, DeduplicateIds, OverwriteKernelspec, StripForgedMetadata, OverwriteCells, ScanSubmission,
+        CheckCellMetadata]
+    c.Autograde.autograde_preprocessors = [
+        SandboxedExecute, VerifyOutside, StderrToStdout, CapOutput, ClearMetadataPreprocessor, LimitOutput,
+        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
+    c.OverwriteCells.add_missing_cells = True
+    if os.environ.get("GRADER_REPORTS"):     # default: <course root>/grading/reports
+        for name in ("StripForgedMetadata", "ScanSubmission", "SandboxedExecute", "VerifyOutside"):
+            c[name].report_directory = os.environ["GRADER_REPORTS"]
+    c.SandboxedExecute.timeout = int(os.environ.get("GRADER_CELL_TIMEOUT", 30))
+    c.SandboxedExecute.interrupt_on_timeout = False   # a stuck kernel is stopped, not interrupted
+    c.SandboxedExecute.startup_timeout = 60
+    # After a cell's reply, its last outputs may lag on a loaded machine: wait for them (a lost error output
+    # would change a verdict) and, past this, report the submission as starved rather than failed.
+    c.SandboxedExecute.iopub_timeout = int(os.environ.get("GRADER_IOPUB_TIMEOUT", 60))
+    c.SandboxedExecute.raise_on_iopub_timeout = True
+    c.SandboxedExecute.max_output_chars = 20_000
+    c.CapOutput.max_chars = 20_000
+    c.LimitOutput.max_lines = 200

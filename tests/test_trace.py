@@ -1,0 +1,122 @@
+"""Record and replay of learners' results (tfmlib.trace): the grader's verdicts reached outside the kernel."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tfmlib import trace
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts" / "grading"))
+
+
+@pytest.mark.parametrize("value", [
+    torch.randn(2, 3, dtype=torch.float64), torch.randn(4).float(), torch.randn(3).bfloat16(),
+    torch.tensor([True, False]), torch.arange(6).reshape(2, 3), torch.empty(0, 3), torch.tensor(2.5),
+    torch.randn(2, dtype=torch.complex64),
+])
+def test_tensors_round_trip_exactly(value):
+    back = trace.decode(json.loads(json.dumps(trace.encode(value))))
+    assert type(back) is torch.Tensor and back.dtype == value.dtype and back.shape == value.shape
+    assert torch.equal(back.view(torch.uint8) if value.dtype == torch.bfloat16 else back,
+                       value.view(torch.uint8) if value.dtype == torch.bfloat16 else value)
+
+
+def test_plain_values_round_trip():
+    value = (1, 2.5, float("nan"), None, True, "x", [torch.ones(2), {"k": 3}])
+    back = trace.decode(json.loads(json.dumps(trace.encode(value))))
+    assert back[0] == 1 and type(back[0]) is int and back[1] == 2.5 and back[2] != back[2]
+    assert back[3:6] == (None, True, "x") and type(back[6]) is list and back[6][1] == {"k": 3}
+
+
+def test_other_objects_become_opaque_and_never_run_code():
+    class Liar(torch.Tensor):
+        pass
+    for obj in (object(), Liar(torch.ones(2)), torch.nn.Linear(2, 2)):
+        back = trace.decode(trace.encode(obj))
+        assert isinstance(back, trace.Opaque)
+    with pytest.raises(trace.TraceError):
+        trace.decode({"tensor": "float32", "shape": [1000], "data": ""})   # bytes must match the shape
+    with pytest.raises(trace.TraceError):
+        trace.decode({"pickle": "gASV"})
+
+
+def record_run(tmp_path, calls):
+    """Record ``calls`` [(cell, fn, args)] as the learner's kernel would; return the loaded records."""
+    path = tmp_path / "trace.jsonl"
+    rec = trace.Recorder(str(path))
+    results = []
+    for cell, fn, args in calls:
+        if cell != rec.cell:
+            rec.begin(cell)
+        try:
+            results.append(rec.record((args, {}), lambda: fn(*args)))
+        except Exception as err:  # noqa: BLE001
+            results.append(err)
+    return trace.load(path), results
+
+
+def test_replay_serves_what_was_recorded(tmp_path):
+    x = torch.randn(3, 4, dtype=torch.float64)
+    (records, problems), results = record_run(tmp_path, [("a", torch.tanh, (x,)), ("a", lambda t: t.sum(), (x,)),
+                                                         ("b", lambda t: 1 / 0, (x,))])
+    assert problems == []
+    rep = trace.Replayer(records)
+    rep.begin("a")
+    assert torch.equal(rep.record(((x,), {})), results[0])
+    assert torch.equal(rep.record(((x,), {})), results[1])
+    rep.begin("b")
+    with pytest.raises(ZeroDivisionError):
+        rep.record(((x,), {}))
+    rep.begin("c")
+    with pytest.raises(trace.TraceError, match="no result was recorded"):
+        rep.record(((x,), {}))
+
+
+def test_replay_checks_the_inputs_and_restores_state(tmp_path):
+    x = torch.zeros(3)
+
+    def noisy(t):
+        t += 1                           # changes its argument in place
+        return torch.rand(2)             # and consumes the global generator
+    torch.manual_seed(0)
+    (records, _), _ = record_run(tmp_path, [("a", noisy, (x,))])
+    after_call = torch.rand(1)
+    torch.manual_seed(0)
+    y = torch.zeros(3)
+    rep = trace.Replayer(records)
+    rep.begin("a")
+    rep.record(((y,), {}))
+    assert torch.equal(y, torch.ones(3)), "the in-place change is replayed"
+    assert torch.equal(torch.rand(1), after_call), "the global generator continues where the learner left it"
+    rep.begin("a")
+    with pytest.raises(trace.TraceError, match="arguments of this call differ"):
+        rep.record(((torch.ones(5),), {}))
+
+
+def test_a_second_record_of_a_call_is_reported(tmp_path):
+    path = tmp_path / "t.jsonl"
+    line = json.dumps({"cell": "a", "n": 0, "args": "x", "value": None})
+    path.write_text(line + "\n" + line + "\nnot json\n")
+    records, problems = trace.load(path)
+    assert len(records) == 1 and len(problems) == 2
+
+
+def test_replay_of_a_test_cell(tmp_path):
+    """verify.replay runs trusted cells against records: a wrong recorded result fails, a right one passes."""
+    from verify import replay
+    setup = ("setup", "import torch\nimport tfmlib.checking as check\n", False)
+    test = ("t1", "x = torch.arange(4.0)\ncheck.assert_close('double', check.call(double, x), 2 * x)\n", True)
+    for factor, verdict in [(2, True), (3, False)]:
+        path = tmp_path / f"t{factor}.jsonl"
+        rec = trace.Recorder(str(path))
+        rec.begin("t1")
+        import tfmlib.checking as check
+        check._begin_test("t1")
+        x = torch.arange(4.0)
+        rec.record(((x,), {}), lambda: factor * x)
+        records, problems = trace.load(path)
+        v = replay([setup, test], records, problems)
+        assert v.passed == {"t1": verdict}, v.messages
