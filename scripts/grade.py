@@ -2,22 +2,36 @@
 """Grade every submission of one assignment, safely, and write grades.csv and a report per submission.
 
     python scripts/grade.py 03_self_attention [--course .] [--out grading/03_self_attention]
+                            [--jobs N] [--shard I/N] [--db-url URL] [--regrade]
 
 Run from the course root (where ``nbgrader_config.py`` is), after ``nbgrader generate_assignment``
 and ``nbgrader collect`` (submissions in ``submitted/<student>/<assignment>/``).  Each submission is
 checked (valid notebook JSON, the expected notebook names, untouched nbgrader metadata), then
-autograded by nbgrader in this one process with ``scripts/grading/grading_config.py``: learner code
-is scanned first and runs in the sandbox kernel.  A broken or hostile submission is recorded with
-its reason and a score; it never stops the batch.
+autograded by nbgrader with ``scripts/grading/grading_config.py``: learner code is scanned first and
+runs in the sandbox kernel.  A broken or hostile submission is recorded with its reason and a score;
+it never stops the batch.
 
-Writes ``<out>/grades.csv`` (student_id, score, max_score, status, reason — one row per submission)
-and ``<out>/reports/<student>.json``; prints a summary with the seconds per submission.
+``--jobs N`` (default: the number of cores) grades N submissions at once, each in its own worker
+process (its own NbGraderAPI) and sandboxed kernel.  ``--shard I/N`` grades only the students whose
+id hashes to shard I, so that N machines grade one assignment together; they share one gradebook
+(``--db-url`` or the course's ``CourseDirectory.db_url``, e.g. PostgreSQL) and one ``--out`` folder.
+A submission is marked done (``<out>/state/<student>.done``) once its grade is in the gradebook; a
+re-run grades only what is not done, so a killed worker or machine loses nothing and nothing is graded
+twice; ``<out>/run-report.json`` lists what was graded, skipped and re-graded (with why).  A
+submission whose kernel was starved by the machine's load (or could not start) is graded again with
+longer time limits, or else marked 'timed out' with that reason and graded again by the next run: the
+load never changes a score.
+
+Writes ``<out>/grades.csv`` (student_id, score, max_score, status, reason — one row per submission, in
+student order, the same with any --jobs or --shard) once every submission is graded, and
+``<out>/reports/<student>.json``; prints a summary with the seconds per submission.
 Statuses: graded, flagged, timed out, crashed, invalid notebook.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import os
 import statistics
@@ -27,6 +41,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 GRADING_CONFIG = HERE / "grading" / "grading_config.py"
+SQLITE_BUSY_TIMEOUT = 300   # seconds an SQLite writer waits for another worker's write to finish
 
 
 def expected_notebooks(course: Path, source_dir: str, assignment: str) -> list[str]:
@@ -57,9 +72,10 @@ def check_submission(folder: Path, expected: list[str]) -> str | None:
     return None
 
 
-def load_api(course: Path):
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
+def load_config(course: Path, extra: Path | None = None, db_url: str | None = None):
+    """The course's nbgrader configuration, the hardened grading pipeline, then ``extra`` (loaded last).
+    ``db_url`` (e.g. ``postgresql+psycopg://grader@db/course``) replaces the gradebook's; an SQLite
+    gradebook gets a busy timeout, so that several workers can write to it in turn."""
     from traitlets.config.loader import PyFileConfigLoader
 
     config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config() \
@@ -69,81 +85,375 @@ def load_api(course: Path):
         config = grading
     else:
         config.merge(grading)
+    if extra is not None:
+        config.merge(PyFileConfigLoader(extra.name, path=str(extra.resolve().parent)).load_config())
     config.CourseDirectory.root = str(course)
+    if db_url:
+        config.CourseDirectory.db_url = db_url
+    url = config.CourseDirectory.get("db_url") or f"sqlite:///{(course / 'gradebook.db').resolve()}"
+    if url.startswith("sqlite:") and "?" not in url:
+        url += f"?timeout={SQLITE_BUSY_TIMEOUT}"
+    config.CourseDirectory.db_url = url
+    return config
+
+
+def api_from_config(config):
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
     coursedir = CourseDirectory(config=config)
     return NbGraderAPI(coursedir=coursedir, config=config), coursedir
+
+
+def load_api(course: Path, extra: Path | None = None, db_url: str | None = None):
+    """(NbGraderAPI, CourseDirectory) for ``course`` with the grading configuration."""
+    return api_from_config(load_config(course, extra, db_url))
 
 
 def status_of(result: dict, report: dict) -> tuple[str, str]:
     """(status, reason) from nbgrader's result and the preprocessors' report."""
     executions = [nb.get("execution", "ok") for nb in report.values()]
-    flags = [f for nb in report.values() for f in nb.get("flags", [])]
+    flags = [f for nb in report.values()
+             for f in nb.get("forged", []) + nb.get("flags", []) + nb.get("attempts", [])
+             + nb.get("verification", [])]
     if not result.get("success"):
         error = (result.get("error") or result.get("log") or "").strip().splitlines()
         return "crashed", "nbgrader could not grade it: " + (error[-1] if error else "unknown error")
-    for e in executions:
-        if e != "ok":
-            return ("timed out" if "longer than" in e else "crashed"), e
-    if flags:
-        return "flagged", "; ".join(flags)
+    problems = [e for e in executions if e != "ok"]
+    if flags:     # what the learner's code attempted comes first, even if it also crashed or hung
+        return "flagged", "; ".join(flags + problems)
+    for e in problems:
+        return ("timed out" if "longer than" in e else "crashed"), e
     return "graded", ""
 
 
-def grade(course: Path, assignment: str, out: Path, only: list[str] | None = None) -> list[dict]:
+# --- which submissions: shards, and what a previous run already graded --------------------------------
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` -> ``(i, n)`` with ``0 <= i < n`` (the index of a Kubernetes Indexed Job or Slurm array)."""
+    try:
+        i, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shard {text!r}: expected i/n, e.g. 0/4 (shards are numbered from 0)") from None
+    if not 0 <= i < n:
+        raise SystemExit(f"--shard {text!r}: need 0 <= i < n (shards are numbered from 0 to n-1)")
+    return i, n
+
+
+def shard_of(student: str, n: int) -> int:
+    """The shard (0..n-1) that grades ``student``: a stable hash of the id, the same on every machine and
+    in every run (Python's own ``hash()`` of a string changes from one process to the next)."""
+    return int.from_bytes(hashlib.sha256(student.encode()).digest()[:8], "big") % n
+
+
+def fingerprint(root: Path, files: list[Path]) -> str:
+    """A digest of the files' names (relative to ``root``) and contents: a completion marker is valid only
+    for what was graded."""
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(root) if path.is_relative_to(root) else path).encode() + b"\0")
+        digest.update(path.read_bytes() if path.is_file() else b"<missing>")
+    return digest.hexdigest()[:32]
+
+
+class State:
+    """Per-submission progress markers in ``<out>/state``: ``<student>.started`` before grading and
+    ``<student>.done`` (the grades.csv row and the fingerprint of what was graded) once the grade is saved
+    in the gradebook and the report written.  Each is written atomically (a temporary file renamed), so a
+    worker or machine killed at any moment leaves either no marker or a complete one."""
+
+    def __init__(self, out: Path):
+        self.folder = out / "state"
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def _write(self, name: str, data: dict) -> None:
+        tmp = self.folder / f".{name}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.folder / name)
+
+    def started(self, student: str) -> bool:
+        return (self.folder / f"{student}.started").exists()
+
+    def mark_started(self, student: str) -> None:
+        self._write(f"{student}.started", {"pid": os.getpid(), "host": os.uname().nodename, "time": time.time()})
+
+    def done(self, student: str) -> dict | None:
+        try:
+            return json.loads((self.folder / f"{student}.done").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def mark_done(self, student: str, row: dict, fp: str, saved: bool = True, too_busy: bool = False) -> None:
+        """``saved``: the grade is in the gradebook; ``too_busy``: the machine was too loaded to grade it
+        (a re-run grades it again)."""
+        self._write(f"{student}.done", {"row": row, "fingerprint": fp, "saved": saved, "too_busy": too_busy})
+        (self.folder / f"{student}.started").unlink(missing_ok=True)
+
+
+# --- grading one submission (in this process or in a worker) ------------------------------------------
+
+RETRY_SCALE = 3          # a retry after a starved kernel gets this many times the time limits
+RETRY_PAUSE = 5          # seconds before a retry (other kernels may be finishing)
+KERNEL_START_FAILURES = {
+    "Kernel didn't respond": "the kernel did not start in time",
+    "Kernel died before replying to kernel_info": "the kernel died while starting (a process limit of the "
+                                                  "sandbox user, shared with other kernels on this machine?)",
+    "database is locked": "the gradebook was busy",
+}
+NPROC_PER_KERNEL = 128   # the sandbox's default process and thread limit (sandbox_kernel.LIMITS["GRADER_NPROC"])
+
+_WORKER: dict = {}       # per-process: the settings and the NbGraderAPI objects, made once per worker
+
+
+def _init_worker(settings: dict) -> None:
+    _WORKER.clear()
+    _WORKER.update(settings)
+    os.chdir(settings["course"])
+
+
+def _api(patient: bool = False):
+    """This process's NbGraderAPI (nbgrader's API is not thread-safe: one per process); ``patient``: with
+    the time limits multiplied by RETRY_SCALE, for grading a starved submission again."""
+    key = "patient_api" if patient else "api"
+    if key not in _WORKER:
+        config = load_config(Path(_WORKER["course"]), _WORKER["extra_config"], _WORKER["db_url"])
+        if patient:
+            for name in ("timeout", "startup_timeout", "iopub_timeout"):
+                value = config.SandboxedExecute.get(name)
+                if value:
+                    config.SandboxedExecute[name] = int(value) * RETRY_SCALE
+        _WORKER[key] = api_from_config(config)[0]
+    return _WORKER[key]
+
+
+def overloaded(result: dict, report: dict) -> str:
+    """Why this result may reflect the machine's load rather than the answer ('' when it does not)."""
+    starved = [nb["starved"] for nb in report.values() if nb.get("starved")]
+    if starved:
+        return "; ".join(starved)
+    if result.get("success"):
+        return ""
+    text = (result.get("error") or "") + (result.get("log") or "")
+    for sign, why in KERNEL_START_FAILURES.items():     # before any of the learner's code ran
+        if sign in text:
+            return why
+    return ""
+
+
+def grade_one(student: str, fp: str, regraded: str = "") -> dict:
+    """Grade one submission and mark it done; returns its grades.csv row.  A submission whose kernel was
+    starved by the machine's load is graded again with longer limits (``retries`` times); if it is still
+    starved it is marked 'timed out' with that reason, never scored as if its tests had failed."""
+    from nbgrader.api import Gradebook
+
+    w = _WORKER
+    assignment, out, state = w["assignment"], Path(w["out"]), State(Path(w["out"]))
+    start = time.monotonic()
+    state.mark_started(student)
+    report_file = Path(w["reports_dir"]) / assignment / f"{student}.json"
+    problem = check_submission(Path(w["submitted"]) / student / assignment, w["expected"])
+    retried: list[str] = []
+    why = ""
+    if problem:
+        status, reason, result = "invalid notebook", problem, {"success": False}
+    else:
+        for attempt in range(1 + w["retries"]):
+            report_file.unlink(missing_ok=True)
+            result = _api(patient=attempt > 0).autograde(assignment, student, force=True, create=True)
+            report = json.loads(report_file.read_text()) if report_file.exists() else {}
+            status, reason = status_of(result, report)
+            why = overloaded(result, report)
+            if not why:
+                break
+            retried.append(f"attempt {attempt + 1}: {why}")
+            if attempt < w["retries"]:
+                time.sleep(RETRY_PAUSE * (attempt + 1))
+        if why:
+            status, reason = "timed out", (f"the grading machine was too busy to grade it ({why}), also with "
+                                           f"{RETRY_SCALE}x the time limits; grade it again on a quieter machine")
+    score = 0.0
+    if result.get("success"):
+        with Gradebook(w["db_url"]) as gb:
+            score = gb.find_submission(assignment, student).score
+    row = {"student_id": student, "assignment": assignment, "score": round(score, 2),
+           "max_score": w["max_score"], "status": status, "reason": reason,
+           "seconds": round(time.monotonic() - start, 2)}
+    (out / "reports").mkdir(parents=True, exist_ok=True)
+    (out / "reports" / f"{student}.json").write_text(json.dumps(
+        {**row, "retried": retried, "regraded": regraded, "nbgrader_log": (result.get("log") or "")[-4000:]},
+        indent=1))
+    state.mark_done(student, row, fp, saved=bool(result.get("success")), too_busy=bool(why))
+    return row
+
+
+def print_row(row: dict) -> None:
+    print(f"{row['student_id']:>24}  {row['score']:6.2f}/{row['max_score']:<6g} {row['status']:<16} "
+          f"{row['seconds']:5.1f} s  {row['reason'][:90]}", flush=True)
+
+
+# --- the batch ----------------------------------------------------------------------------------------
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """Write ``rows`` (already in student order) atomically: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["student_id"])
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+
+
+def plan(students: list[str], fps: dict[str, str], state: State, in_gradebook: set[str],
+         regrade: bool) -> tuple[list[str], dict[str, str]]:
+    """(what to grade, {student: why it is graded again}); a submission is skipped when a completion marker
+    says it was graded from these very files, not on a machine too busy to grade it, and the gradebook has
+    its grade (if it had one: an invalid notebook never reaches the gradebook)."""
+    todo, regraded = [], {}
+    for s in students:
+        done = state.done(s)
+        valid = done is not None and done["fingerprint"] == fps[s] and not done.get("too_busy") and (
+            not done.get("saved", True) or s in in_gradebook)
+        if valid and not regrade:
+            continue
+        todo.append(s)
+        if regrade:
+            continue
+        if state.started(s):
+            regraded[s] = "a previous run started grading it and stopped before it finished"
+        elif done is not None and done["fingerprint"] != fps[s]:
+            regraded[s] = "the submission, the assignment or the configuration changed since it was graded"
+        elif done is not None and done.get("too_busy"):
+            regraded[s] = "the grading machine was too busy to grade it last time"
+        elif done is not None:
+            regraded[s] = "its grade was missing from the gradebook"
+    return todo, regraded
+
+
+def run_batch(todo: list[str], fps: dict[str, str], regraded: dict[str, str], jobs: int,
+              settings: dict) -> tuple[list[dict], str]:
+    """Grade ``todo`` with ``jobs`` worker processes (each its own NbGraderAPI and kernel); returns the rows
+    and, if a worker died, why (what it was grading has no completion marker and is graded by a re-run)."""
+    if jobs <= 1:
+        _init_worker(settings)
+        rows = []
+        for s in todo:
+            rows.append(grade_one(s, fps[s], regraded.get(s, "")))
+            print_row(rows[-1])
+        return rows, ""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    import torch  # noqa: F401 - loaded once here, shared by the forked workers (VerifyOutside needs it)
+    rows, died = [], ""
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"),
+                             initializer=_init_worker, initargs=(settings,)) as pool:
+        futures = [pool.submit(grade_one, s, fps[s], regraded.get(s, "")) for s in todo]
+        try:
+            for future in as_completed(futures):
+                rows.append(future.result())
+                print_row(rows[-1])
+        except BrokenProcessPool as err:
+            died = f"a grading worker died ({err})"
+        except BaseException:       # e.g. the gradebook is unreachable: stop now, a re-run resumes
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    return rows, died
+
+
+def grade(course: Path, assignment: str, out: Path, only: list[str] | None = None,
+          extra_config: Path | None = None, jobs: int = 1, shard: tuple[int, int] | None = None,
+          db_url: str | None = None, regrade: bool = False, retries: int = 1) -> list[dict]:
+    """Grade the submissions of ``assignment`` (those of ``shard`` i/n only, when given) that a previous run
+    has not graded, with ``jobs`` workers; write grades.csv once every submission is graded.  Returns the
+    rows of this shard's submissions, in student order."""
+    from nbgrader.api import Gradebook, MissingEntry
+
     course, out = course.resolve(), out.resolve()
+    extra_config = extra_config.resolve() if extra_config else None
     os.environ.setdefault("GRADER_REPORTS", str(out / "reports"))
-    reports_dir = Path(os.environ["GRADER_REPORTS"])
+    if jobs > 1 and "GRADER_NPROC" not in os.environ and os.geteuid() != 0:
+        # As root each kernel runs as a uid of its own (sandbox_kernel.kernel_uid); as a normal user every
+        # kernel is that user, and RLIMIT_NPROC counts all their threads together (a kernel with torch has
+        # about 25): N kernels at once get N kernels' worth.
+        os.environ["GRADER_NPROC"] = str(NPROC_PER_KERNEL * jobs)
     os.chdir(course)
-    api, coursedir = load_api(course)
+    coursedir = api_from_config(load_config(course, extra_config, db_url))[1]
     expected = expected_notebooks(course, coursedir.source_directory, assignment)
     if not expected:
         raise SystemExit(f"no notebooks in {coursedir.source_directory}/{assignment}")
-    from nbgrader.api import Gradebook, MissingEntry
-
     with Gradebook(coursedir.db_url) as gb:
         try:
             max_score = gb.find_assignment(assignment).max_score
         except MissingEntry:
             raise SystemExit(f"{assignment} is not in the gradebook: run `nbgrader generate_assignment "
                              f"{assignment}` first") from None
+        in_gradebook = {s.student_id for s in gb.assignment_submissions(assignment)}
     submitted = course / coursedir.submitted_directory
     students = sorted(p.parent.name for p in submitted.glob(f"*/{assignment}") if p.is_dir())
     if only:
         students = [s for s in students if s in set(only)]
-    rows, seconds = [], []
-    for student in students:
-        start = time.monotonic()
-        report_file = reports_dir / assignment / f"{student}.json"
-        report_file.unlink(missing_ok=True)
-        problem = check_submission(submitted / student / assignment, expected)
-        if problem:
-            status, reason, result = "invalid notebook", problem, {"success": False}
-        else:
-            result = api.autograde(assignment, student, force=True, create=True)
-            report = json.loads(report_file.read_text()) if report_file.exists() else {}
-            status, reason = status_of(result, report)
-        score = 0.0
-        if result.get("success"):
-            with Gradebook(coursedir.db_url) as gb:
-                score = gb.find_submission(assignment, student).score
-        seconds.append(time.monotonic() - start)
-        rows.append({"student_id": student, "assignment": assignment, "score": round(score, 2),
-                     "max_score": max_score, "status": status, "reason": reason,
-                     "seconds": round(seconds[-1], 2)})
-        (out / "reports").mkdir(parents=True, exist_ok=True)
-        (out / "reports" / f"{student}.json").write_text(json.dumps(
-            {**rows[-1], "nbgrader_log": (result.get("log") or "")[-4000:]}, indent=1))
-        print(f"{student:>24}  {score:6.2f}/{max_score:<6g} {status:<16} {seconds[-1]:5.1f} s  {reason[:90]}",
-              flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "grades.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["student_id"])
-        writer.writeheader()
-        writer.writerows(rows)
-    if seconds:
-        print(f"{len(rows)} submissions of {assignment}: median {statistics.median(seconds):.2f} s, "
-              f"total {sum(seconds):.1f} s; grades in {out / 'grades.csv'}")
-    return rows
+    mine = [s for s in students if shard is None or shard_of(s, shard[1]) == shard[0]]
+    common = [course / coursedir.source_directory / assignment / n for n in expected]
+    common += [p for p in (course / "nbgrader_config.py", extra_config) if p is not None]
+    fps = {s: fingerprint(course, common + sorted(p for p in (submitted / s / assignment).rglob("*") if p.is_file()))
+           for s in students}
+    state = State(out)
+    todo, regraded = plan(mine, fps, state, in_gradebook, regrade)
+    jobs = min(jobs, max(len(todo), 1))
+    settings = {"course": str(course), "assignment": assignment, "out": str(out), "extra_config": extra_config,
+                "db_url": coursedir.db_url, "reports_dir": os.environ["GRADER_REPORTS"],
+                "submitted": str(submitted), "expected": expected, "max_score": max_score, "retries": retries}
+    print(f"{f'shard {shard[0]}/{shard[1]}: ' if shard else ''}{len(mine)} submissions, {len(mine) - len(todo)} "
+          f"already graded, {len(todo)} to grade with {jobs} job(s)"
+          + (f"; {len(regraded)} graded again" if regraded else ""), flush=True)
+    start = time.monotonic()
+    rows, died = run_batch(todo, fps, regraded, jobs, settings)
+    wall = time.monotonic() - start
+    for s, why in sorted(regraded.items()):
+        print(f"re-graded {s}: {why}")
+    write_run_report(out, assignment, shard, jobs, mine, todo, rows, regraded, died, wall)
+    complete = write_grades(out, students, mine, fps, state, shard)
+    if rows:
+        seconds = [r["seconds"] for r in rows]
+        print(f"{len(rows)} submissions of {assignment} graded in {wall:.1f} s with {jobs} job(s): median "
+              f"{statistics.median(seconds):.2f} s each, {len(rows) / wall * 60:.1f} per minute")
+    if died:
+        raise SystemExit(f"{died}; the submissions it was grading are graded again by a re-run of the same command")
+    return [complete[s] for s in mine if s in complete]
+
+
+def write_run_report(out: Path, assignment: str, shard, jobs: int, mine: list[str], todo: list[str],
+                     rows: list[dict], regraded: dict[str, str], died: str, wall: float) -> None:
+    """``run-report.json`` (``run-report-I-of-N.json`` for a shard): what this run graded, skipped (done
+    before), graded again and why, retried because the machine was overloaded, and whether a worker died."""
+    retried = [r["student_id"] for r in rows
+               if json.loads((out / "reports" / f"{r['student_id']}.json").read_text()).get("retried")]
+    name = f"run-report-{shard[0]}-of-{shard[1]}.json" if shard else "run-report.json"
+    (out / name).write_text(json.dumps({
+        "assignment": assignment, "shard": f"{shard[0]}/{shard[1]}" if shard else None, "jobs": jobs,
+        "submissions": len(mine), "graded": sorted(r["student_id"] for r in rows),
+        "skipped": sorted(set(mine) - set(todo)), "regraded": regraded, "retried": sorted(retried),
+        "worker_died": died, "wall_seconds": round(wall, 1)}, indent=1))
+
+
+def write_grades(out: Path, students: list[str], mine: list[str], fps: dict[str, str], state: State,
+                 shard) -> dict[str, dict]:
+    """Write this shard's rows (``shards/grades-I-of-N.csv``) and, once every submission is done (by any
+    shard), ``grades.csv``; returns the rows that are done."""
+    done = {s: state.done(s) for s in students}
+    complete = {s: d["row"] for s, d in done.items() if d and d["fingerprint"] == fps[s]}
+    if shard:
+        write_csv(out / "shards" / f"grades-{shard[0]}-of-{shard[1]}.csv", [complete[s] for s in mine if s in complete])
+    waiting = [s for s in students if s not in complete]
+    if not waiting:
+        write_csv(out / "grades.csv", [complete[s] for s in students])
+        print(f"grades of all {len(students)} submissions in {out / 'grades.csv'}")
+    else:
+        print(f"{len(waiting)} of {len(students)} submissions not graded yet; grades.csv is written by the run "
+              "that grades the last one (re-run the same command to grade what is missing)")
+    return complete
 
 
 def main(argv=None) -> int:
@@ -156,10 +466,38 @@ def main(argv=None) -> int:
     parser.add_argument("--course", default=".", type=Path, help="course root (default: .)")
     parser.add_argument("--out", type=Path, help="output folder (default: <course>/grading/<assignment>)")
     parser.add_argument("--students", help="comma-separated student ids (default: every submission)")
+    parser.add_argument("--extra-config", type=Path, help="an nbgrader config file loaded last (e.g. longer "
+                                                           "timeouts for a slow machine)")
+    parser.add_argument("--jobs", type=int, default=default_jobs(),
+                        help="submissions graded at once, each by its own worker process and sandboxed kernel "
+                             f"(default: the number of cores, {default_jobs()} here)")
+    parser.add_argument("--shard", type=parse_shard, metavar="I/N",
+                        help="grade only shard I of N (0 <= I < N; a stable hash of the student id decides), so "
+                             "that N machines grade one assignment together into one gradebook (--db-url)")
+    parser.add_argument("--db-url", help="the gradebook (default: the course's CourseDirectory.db_url, else "
+                                         "sqlite:///<course>/gradebook.db), e.g. "
+                                         "postgresql+psycopg://grader@db.example.org/transformers")
+    parser.add_argument("--regrade", action="store_true",
+                        help="grade every submission again (default: only those no run has finished grading)")
+    parser.add_argument("--retries", type=int, default=1,
+                        help=f"times a submission starved by the machine's load is graded again, with {RETRY_SCALE}x "
+                             "the time limits (default 1)")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
     out = args.out or args.course / "grading" / args.assignment
-    grade(args.course, args.assignment, out, args.students.split(",") if args.students else None)
+    grade(args.course, args.assignment, out, args.students.split(",") if args.students else None,
+          args.extra_config, jobs=args.jobs, shard=args.shard, db_url=args.db_url, regrade=args.regrade,
+          retries=args.retries)
     return 0
+
+
+def default_jobs() -> int:
+    """The cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 if __name__ == "__main__":

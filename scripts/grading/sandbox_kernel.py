@@ -7,7 +7,7 @@ Used as the ``argv`` of the ``tfmlib-sandbox`` kernel spec that the grading conf
   ``tfmlib`` (read-only) and its own working folder (the student's ``autograded/<student>/<assignment>``,
   the only place it can write), plus a private ``/tmp``;
 - has no network (a new, empty network namespace), its own process and IPC namespaces, and no
-  capabilities; when the grader runs as root it runs as the unprivileged user ``nobody``;
+  capabilities; when the grader runs as root it runs as an unprivileged uid of its own (``kernel_uid``);
 - runs under resource limits: address space, processes, CPU seconds, file size, open files.
 
 Because the sandbox has no network, the kernel talks to the grader over Unix sockets: the grading
@@ -68,12 +68,19 @@ runpy.run_module('ipykernel_launcher', run_name='__main__', alter_sys=True)
 # Limits (override with the environment variables of the same name when grading).
 LIMITS = {
     "GRADER_MEMORY_MB": 3072,      # address space of each process (RLIMIT_AS)
-    "GRADER_NPROC": 128,           # processes and threads of the sandbox user (RLIMIT_NPROC)
+    "GRADER_NPROC": 128,           # processes and threads of the kernel's own uid (RLIMIT_NPROC)
     "GRADER_CPU_SECONDS": 300,     # CPU time of the kernel (RLIMIT_CPU); the per-cell wall timeout is nbgrader's
     "GRADER_FILE_MB": 64,          # largest file the kernel may write (RLIMIT_FSIZE)
     "GRADER_NOFILE": 256,          # open file descriptors (RLIMIT_NOFILE)
 }
-NOBODY = 65534
+KERNEL_UIDS = (200_000, 4_194_304)   # each kernel its own unprivileged uid (and gid), from this range
+
+
+def kernel_uid(pid: int | None = None) -> int:
+    """The uid the learner's kernel runs as when grading as root: 200000 + the launcher's process id, so
+    two kernels running at once never share one (RLIMIT_NPROC counts per uid, and a kernel cannot signal
+    another one), and no uid of the machine's accounts is used."""
+    return KERNEL_UIDS[0] + (os.getpid() if pid is None else pid) % (KERNEL_UIDS[1] - KERNEL_UIDS[0])
 
 
 def limit(name: str) -> int:
@@ -156,7 +163,7 @@ def bwrap_command(connection_file: str, workdir: str, audit_fd: int = 2) -> list
     cmd += parent_dirs(connection_file) + ["--ro-bind", connection_file, connection_file]
     cmd += parent_dirs(workdir) + ["--bind", workdir, workdir, "--chdir", workdir]
     if os.geteuid() == 0:   # never run learners' code as root
-        cmd += ["/usr/bin/setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+        cmd += ["/usr/bin/setpriv", f"--reuid={kernel_uid()}", f"--regid={kernel_uid()}", "--clear-groups",
                 "--inh-caps=-all", "--bounding-set=-all"]
     mb = 1024 * 1024
     cmd += ["/usr/bin/prlimit", f"--as={limit('GRADER_MEMORY_MB') * mb}", f"--nproc={limit('GRADER_NPROC')}",
@@ -172,8 +179,8 @@ def hand_over(connection_file: str, workdir: str) -> None:
         return
     sockets = Path(socket_dir(json.loads(Path(connection_file).read_text())))
     for p in [sockets, Path(workdir), *Path(workdir).rglob("*")]:
-        os.chown(p, NOBODY, NOBODY, follow_symlinks=False)
-    os.chown(connection_file, NOBODY, NOBODY)
+        os.chown(p, kernel_uid(), kernel_uid(), follow_symlinks=False)
+    os.chown(connection_file, kernel_uid(), kernel_uid())
 
 
 def unsandboxed(connection_file: str, workdir: str) -> None:
