@@ -1,14 +1,21 @@
 """Benchmark of the attention variants of chapter 7 at sizes too large for the book's build.
 
-Prints, for each sequence length n, the best wall time (ms) and the peak tensor memory (MiB) of
+First, tfmlib's two paths against PyTorch's fused kernel, forward + backward, causal, B=2 H=4 d=32, at
+n = 256, 1024, 2048, one thread, in interleaved rounds (each round runs every variant once, so that all
+see the same machine load; the best time of the rounds is kept):
+  fused     torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)   the reference
+  fast      tfmlib.fast_attention(q, k, v, causal=True)                                  MultiHeadAttention's default
+  teaching  tfmlib.scaled_dot_product_attention(q, k, v, causal_mask(n))                  with need_weights
+and the ratios fast/fused and teaching/fused.  Then, for each sequence length n, the best wall time (ms) and the peak tensor memory (MiB) of
   dense    tfmlib.scaled_dot_product_attention, no mask            O(n²) time and memory
   masked   the same with sliding_window_mask(n, w)                  still O(n²): the mask saves nothing
   banded   tfmlib.banded_attention(q, k, v, w)                      O(n·w)
   block    tfmlib.blockwise_attention(q, k, v, block)               O(n²) time, O(n) extra memory
-then the fitted exponents (slope of log cost vs log n), and the time per generated token of a
-DecoderLM with and without the KV cache.  Not run by the tests.
+then the fitted exponents (slope of log cost vs log n), and the time of a DecoderLM's greedy generation
+with and without the KV cache (every position scheme: scripts/bench_training.py).  Not run by the tests.
 
     python scripts/bench_attention.py                   # n = 256 … 8192 on tfmlib.get_device()
+    python scripts/bench_attention.py --tables fused --rounds 10
     python scripts/bench_attention.py --max-n 16384 --threads 2
 """
 from __future__ import annotations
@@ -17,8 +24,10 @@ import argparse
 import math
 import os
 import sys
+import time
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import tfmlib  # noqa: E402
@@ -29,6 +38,37 @@ def slope(xs, ys):
     lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
     mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
     return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
+
+
+def fused_table(args, device):
+    b, h, d = 2, 4, 32
+    print(f"causal attention, forward + backward, B={b} H={h} d={d}, on {device} ({torch.get_num_threads()} "
+          f"threads), best of {args.rounds} interleaved rounds")
+    print(f"{'n':>6} {'fused ms':>9} {'fast ms':>9} {'teaching ms':>12} {'fast/fused':>11} {'teaching/fused':>15}")
+    for n in args.fused_n:
+        q, k, v = (torch.randn(b, h, n, d, device=device, requires_grad=True) for _ in range(3))
+        mask = tfmlib.causal_mask(n, device=device)
+        variants = {
+            "fused": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+            "fast": lambda: tfmlib.fast_attention(q, k, v, causal=True),
+            "teaching": lambda: tfmlib.scaled_dot_product_attention(q, k, v, mask)[0],
+        }
+        best = {name: float("inf") for name in variants}
+        for r in range(args.rounds + 1):                     # round 0 is a warm-up
+            for name, fn in variants.items():
+                sync(device)
+                t0 = time.perf_counter()
+                fn().sum().backward()
+                sync(device)
+                if r:
+                    best[name] = min(best[name], time.perf_counter() - t0)
+        print(f"{n:6d} {1e3 * best['fused']:9.2f} {1e3 * best['fast']:9.2f} {1e3 * best['teaching']:12.2f} "
+              f"{best['fast'] / best['fused']:11.2f} {best['teaching'] / best['fused']:15.2f}", flush=True)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def attention_table(args, device):
@@ -71,9 +111,8 @@ def kv_cache_table(args, device):
     print(f"{'tokens':>7} {'no cache s':>11} {'cache s':>11} {'speed-up':>9}")
     n = 64
     while n <= args.lm_len:
-        with torch.no_grad():
-            t_full = tfmlib.time_fn(lambda: model.generate(prompt, n, top_k=1), repeats=1, warmup=0)
-            t_cache = tfmlib.time_fn(lambda: tfmlib.generate_with_cache(model, prompt, n), repeats=1, warmup=0)
+        t_full = tfmlib.time_fn(lambda: model.generate(prompt, n, greedy=True, use_cache=False), repeats=1, warmup=0)
+        t_cache = tfmlib.time_fn(lambda: model.generate(prompt, n, greedy=True), repeats=1, warmup=0)
         print(f"{n:7d} {t_full:11.3f} {t_cache:11.3f} {t_full / t_cache:9.1f}", flush=True)
         n *= 2
 
@@ -92,11 +131,19 @@ def main():
     p.add_argument("--lm-layers", type=int, default=2)
     p.add_argument("--lm-len", type=int, default=1024, help="longest generation for the KV-cache table")
     p.add_argument("--device", default=None)
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the fused table")
+    p.add_argument("--fused-n", type=int, nargs="+", default=[256, 1024, 2048])
+    p.add_argument("--tables", default="fused,variants,cache", help="comma-separated: fused, variants, cache")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device) if args.device else tfmlib.get_device()
-    attention_table(args, device)
-    kv_cache_table(args, device)
+    tables = args.tables.split(",")
+    if "fused" in tables:
+        fused_table(args, device)
+    if "variants" in tables:
+        attention_table(args, device)
+    if "cache" in tables:
+        kv_cache_table(args, device)
 
 
 if __name__ == "__main__":

@@ -25,11 +25,15 @@ def errors(dtype):
     mask = torch.rand(2, 3, 5, 7) > 0.5
     mask[..., 0] = True
     out = {"scaled_dot_product_attention": tfmlib.scaled_dot_product_attention(q, k, v, mask=mask)[0]
+           - F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+           "fast_attention": tfmlib.fast_attention(q, k, v, mask=mask)
            - F.scaled_dot_product_attention(q, k, v, attn_mask=mask)}
     ours, theirs = tfmlib.MultiHeadAttention(16, 4).to(dtype), torch.nn.MultiheadAttention(16, 4, batch_first=True).to(dtype)
     copy_into_torch_mha(ours, theirs)
     x, memory, causal = torch.randn(3, 6, 16, dtype=dtype), torch.randn(3, 4, 16, dtype=dtype), tfmlib.causal_mask(6)
-    out["MultiHeadAttention (causal)"] = ours(x, mask=causal) - theirs(x, x, x, attn_mask=~causal, need_weights=False)[0]
+    ref_mha = theirs(x, x, x, attn_mask=~causal, need_weights=False)[0]
+    out["MultiHeadAttention (causal)"] = ours(x, mask=causal) - ref_mha
+    out["MultiHeadAttention (weights)"] = ours(x, mask=causal, need_weights=True)[0] - ref_mha
     for norm_first, name in ((False, "post-norm"), (True, "pre-norm")):
         enc = tfmlib.EncoderBlock(16, 4, 32, norm_first=norm_first).to(dtype)
         randomise(enc)

@@ -11,9 +11,10 @@ def copy_common(ours, theirs):
     with torch.no_grad():
         theirs.linear1.load_state_dict(ours.ff.linear1.state_dict())
         theirs.linear2.load_state_dict(ours.ff.linear2.state_dict())
-        for name in ("norm1", "norm2", "norm3"):
-            if hasattr(theirs, name) and getattr(ours, name, None) is not None:
-                getattr(theirs, name).load_state_dict(getattr(ours, name).state_dict())
+        # PyTorch numbers its norms by sublayer: self-attention, (cross-attention,) feed-forward
+        names = ("norm_self", "norm_cross", "norm_ff") if hasattr(theirs, "norm3") else ("norm_self", "norm_ff")
+        for i, name in enumerate(names, start=1):
+            getattr(theirs, f"norm{i}").load_state_dict(getattr(ours, name).state_dict())
     copy_into_torch_mha(ours.self_attn, theirs.self_attn)
 
 
@@ -64,7 +65,7 @@ def test_decoder_block_matches_torch(device, dtype, norm_first):
 
 def test_decoder_only_block_needs_no_memory():
     block = tfmlib.DecoderBlock(8, 2, 16, cross_attention=False)
-    assert block.cross_attn is None
+    assert block.cross_attn is None and not hasattr(block, "norm_cross")
     assert block(torch.randn(2, 3, 8), self_mask=tfmlib.causal_mask(3)).shape == (2, 3, 8)
     with pytest.raises(ValueError, match="memory must be given exactly"):
         block(torch.randn(2, 3, 8), torch.randn(2, 4, 8))

@@ -1,13 +1,12 @@
 """Tests of tfmlib.efficient (chapter 7) against independent references: brute-force loops for the masks,
-PyTorch's own scaled_dot_product_attention for the attention variants, model.generate for the KV cache."""
+PyTorch's own scaled_dot_product_attention for the attention variants.  The KV cache: test_kv_cache.py."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 import tfmlib
-from tfmlib.efficient import (KVCache, allowed_pairs, banded_attention, blockwise_attention,
-                              forward_with_cache, generate_with_cache, global_mask, peak_memory, random_mask,
-                              sliding_window_mask, time_fn)
+from tfmlib.efficient import (allowed_pairs, banded_attention, blockwise_attention, global_mask, peak_memory,
+                              random_mask, sliding_window_mask, time_fn)
 
 
 def brute_window(n, w):
@@ -156,46 +155,6 @@ def test_blockwise_errors():
         blockwise_attention(q, q, q, 0)
     with pytest.raises(ValueError, match="Tk"):
         blockwise_attention(q, q, torch.randn(2, 9, 4), 3)
-
-
-# --- KV cache ----------------------------------------------------------------------------------------------------
-
-def small_lm(pos, norm_first=False, seed=0):
-    torch.manual_seed(seed)
-    return tfmlib.DecoderLM(13, d_model=32, n_heads=4, n_layers=2, max_len=48, pos=pos,
-                            norm_first=norm_first).eval()
-
-
-@pytest.mark.parametrize("pos", ["none", "sinusoidal", "learned"])
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_generate_with_cache_equals_generate(pos, norm_first):
-    model = small_lm(pos, norm_first)
-    prompt = torch.randint(0, 13, (3, 5), generator=torch.Generator().manual_seed(1))
-    ours = generate_with_cache(model, prompt, 30)
-    assert ours.shape == (3, 35) and torch.equal(ours[:, :5], prompt)
-    assert torch.equal(ours, model.generate(prompt, 30, top_k=1))
-
-
-def test_cached_logits_equal_full_forward():
-    model = small_lm("learned", seed=1)
-    idx = torch.randint(0, 13, (2, 20), generator=torch.Generator().manual_seed(2))
-    full = model(idx)
-    cache = KVCache(model, batch_size=2, max_len=20)
-    parts = [forward_with_cache(model, idx[:, :6], cache)]        # a prompt of 6, then one token at a time
-    parts += [forward_with_cache(model, idx[:, t:t + 1], cache) for t in range(6, 20)]
-    assert cache.length == 20
-    torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=1e-5, atol=1e-5)
-
-
-def test_kv_cache_errors():
-    with pytest.raises(ValueError, match="pos="):
-        generate_with_cache(small_lm("rope"), torch.zeros(1, 2, dtype=torch.long), 3)
-    with pytest.raises(ValueError, match="learned positions"):
-        generate_with_cache(small_lm("learned"), torch.zeros(1, 40, dtype=torch.long), 20)
-    model = small_lm("none")
-    cache = KVCache(model, 1, 4)
-    with pytest.raises(ValueError, match="max_len"):
-        forward_with_cache(model, torch.zeros(1, 5, dtype=torch.long), cache)
 
 
 # --- measuring ---------------------------------------------------------------------------------------------------

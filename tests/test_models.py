@@ -100,3 +100,16 @@ def test_training_loop_reduces_loss():
 
     history = tfmlib.train.train(model, loss_fn, steps=60, lr=3e-3, progress=False)
     assert len(history) == 60 and history[-1] < 0.6 * history[0]
+
+
+def test_decoder_lm_tied_head_and_gelu():
+    model = tfmlib.DecoderLM(11, d_model=16, n_heads=2, n_layers=1, activation="gelu", tie_weights=True)
+    assert model.head.weight is model.tok_emb.weight and model.head.bias is None
+    assert isinstance(model.blocks[0].ff.act, torch.nn.GELU)
+    assert model(torch.zeros(2, 5, dtype=torch.long)).shape == (2, 5, 11)
+
+
+def test_decoder_lm_without_biases():
+    model = tfmlib.DecoderLM(11, d_model=16, n_heads=2, n_layers=2, norm_first=True, bias=False, pos="relative")
+    assert not [n for n, _ in model.named_parameters() if n.endswith("bias")]
+    assert model(torch.zeros(2, 5, dtype=torch.long)).shape == (2, 5, 11)

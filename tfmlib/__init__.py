@@ -2,12 +2,11 @@
 
 Importing it loads torch and nothing slow (no matplotlib: ``tfmlib.plot`` is imported on demand).
 """
-from .attention import (MultiHeadAttention, attention_mask, causal_mask, merge_heads, padding_mask,
-                        scaled_dot_product_attention, split_heads)
+from .attention import (KVCache, MultiHeadAttention, attention_mask, causal_mask, causal_mask_offset,
+                        fast_attention, merge_heads, padding_mask, scaled_dot_product_attention, split_heads)
 from .blocks import DecoderBlock, EncoderBlock, FeedForward, add_norm
-from .efficient import (KVCache, allowed_pairs, banded_attention, blockwise_attention, forward_with_cache,
-                        generate_with_cache, global_mask, peak_memory, random_mask, sliding_window_mask,
-                        time_fn)
+from .efficient import (allowed_pairs, banded_attention, blockwise_attention, global_mask, peak_memory,
+                        random_mask, sliding_window_mask, time_fn)
 from .models import (AttentionClassifier, DecoderLM, RNNClassifier, RNNSeq2Seq, Transformer,
                      record_attention)
 from .positions import (ALiBiMultiHeadAttention, LearnedPositions, RelativeMultiHeadAttention,

@@ -25,17 +25,17 @@ def add_norm(x, sublayer, norm, drop, norm_first=False):
 class FeedForward(nn.Module):
     """m_i = W_2 ReLU(W_1 o_i + b_1) + b_2, the same for every position — chapter 3, eq. (3.7).
 
-    x ``(B, T, d_model)`` → ``(B, T, d_model)``; hidden size ``d_ff``.
+    x ``(B, T, d_model)`` → ``(B, T, d_model)``; hidden size ``d_ff``; ``bias=False`` drops b_1 and b_2.
     """
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", bias: bool = True):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
-        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.act = ACTIVATIONS[activation]()
         self.dropout = nn.Dropout(dropout)
-        self.linear2 = nn.Linear(d_ff, d_model)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x):
         return self.linear2(self.dropout(self.act(self.linear1(x))))
@@ -54,40 +54,44 @@ class EncoderBlock(nn.Module):
         self.norm_first = norm_first
         self.self_attn = attention_cls(d_model, n_heads, dropout)
         self.ff = FeedForward(d_model, d_ff, dropout, activation)
-        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
+        self.norm_self, self.norm_ff = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.drop_self, self.drop_ff = nn.Dropout(dropout), nn.Dropout(dropout)
 
     def forward(self, x, mask=None):
-        x = add_norm(x, lambda h: self.self_attn(h, mask=mask), self.norm1, self.drop1, self.norm_first)
-        return add_norm(x, self.ff, self.norm2, self.drop2, self.norm_first)
+        x = add_norm(x, lambda h: self.self_attn(h, mask=mask), self.norm_self, self.drop_self, self.norm_first)
+        return add_norm(x, self.ff, self.norm_ff, self.drop_ff, self.norm_first)
 
 
 class DecoderBlock(nn.Module):
     """Masked self-attention, cross-attention over the encoder's output (eq. 6.5), FFN; each in Add & Norm — chapter 6.
 
-    ``forward(x, memory=None, self_mask=None, memory_mask=None)``: x ``(B, Tq, d)``, memory ``(B, Tk, d)``.
-    ``self_mask`` is usually ``causal_mask(Tq)`` (combined with padding); ``memory_mask`` hides padded
-    source positions.  With ``cross_attention=False`` the block is a decoder-only (GPT-style) block and
-    ``memory`` must be None.  Returns ``(B, Tq, d)``.
+    ``forward(x, memory=None, self_mask=None, memory_mask=None, causal=False, cache=None)``: x ``(B, Tq, d)``,
+    memory ``(B, Tk, d)``.  ``self_mask`` is usually ``causal_mask(Tq)`` (combined with padding), or pass
+    ``causal=True``; ``memory_mask`` hides padded source positions.  ``cache``: the self-attention's
+    ``KVCache`` (chapter 7).  With ``cross_attention=False`` the block is a decoder-only (GPT-style) block
+    and ``memory`` must be None.  ``bias=False``: no additive biases in the linear layers and LayerNorms.
+    Returns ``(B, Tq, d)``.
     """
 
     def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False, activation="relu",
-                 cross_attention=True, attention_cls=MultiHeadAttention):
+                 cross_attention=True, attention_cls=MultiHeadAttention, bias=True):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = attention_cls(d_model, n_heads, dropout)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout) if cross_attention else None
-        self.ff = FeedForward(d_model, d_ff, dropout, activation)
-        self.norm1, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model) if cross_attention else None
-        self.drop1, self.drop2, self.drop3 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
+        self.self_attn = attention_cls(d_model, n_heads, dropout, bias)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, bias) if cross_attention else None
+        self.ff = FeedForward(d_model, d_ff, dropout, activation, bias)
+        self.norm_self, self.norm_ff = nn.LayerNorm(d_model, bias=bias), nn.LayerNorm(d_model, bias=bias)
+        self.drop_self, self.drop_ff = nn.Dropout(dropout), nn.Dropout(dropout)
+        if cross_attention:
+            self.norm_cross, self.drop_cross = nn.LayerNorm(d_model, bias=bias), nn.Dropout(dropout)
 
-    def forward(self, x, memory=None, self_mask=None, memory_mask=None):
+    def forward(self, x, memory=None, self_mask=None, memory_mask=None, causal=False, cache=None):
         if (memory is None) != (self.cross_attn is None):
             raise ValueError("memory must be given exactly when the block has cross-attention "
                              f"(cross_attention={self.cross_attn is not None}, memory given: {memory is not None})")
-        x = add_norm(x, lambda h: self.self_attn(h, mask=self_mask), self.norm1, self.drop1, self.norm_first)
+        x = add_norm(x, lambda h: self.self_attn(h, mask=self_mask, causal=causal, cache=cache),
+                     self.norm_self, self.drop_self, self.norm_first)
         if memory is not None:
             x = add_norm(x, lambda h: self.cross_attn(h, context=memory, mask=memory_mask),
-                         self.norm2, self.drop2, self.norm_first)
-        return add_norm(x, self.ff, self.norm3, self.drop3, self.norm_first)
+                         self.norm_cross, self.drop_cross, self.norm_first)
+        return add_norm(x, self.ff, self.norm_ff, self.drop_ff, self.norm_first)

@@ -2,8 +2,9 @@
 
 Sparse patterns of the notes as masks: ``sliding_window_mask``, ``global_mask``, ``random_mask``.
 A truly banded computation, O(n·w): ``banded_attention``.  Exact attention in O(n) extra memory with an
-online softmax: ``blockwise_attention``.  Decoding with a key/value cache: ``KVCache``,
-``forward_with_cache`` and ``generate_with_cache``.  Measuring: ``time_fn`` and ``peak_memory``.
+online softmax: ``blockwise_attention``.  Measuring: ``time_fn`` and ``peak_memory``.
+The fused attention path (``attention.fast_attention``) and the KV cache (``attention.KVCache``,
+``DecoderLM.generate``) live in the modules they speed up.
 Mask convention as everywhere in tfmlib: boolean, ``True`` = this query may attend to this key.
 """
 from __future__ import annotations
@@ -17,9 +18,6 @@ import time
 import torch
 import torch.nn.functional as F
 
-from .attention import MultiHeadAttention, merge_heads, scaled_dot_product_attention, split_heads
-from .blocks import add_norm
-from .positions import LearnedPositions, SinusoidalPositions
 from .utils import check_tensor
 
 
@@ -136,110 +134,6 @@ def blockwise_attention(q, k, v, block_size: int, scale: float | None = None):
         acc = acc * correction + p @ v_blk
         m = m_new
     return acc / denom
-
-
-# --- decoding with a key/value cache -----------------------------------------------------------------------------
-
-class KVCache:
-    """The keys and values of every layer for the tokens decoded so far — chapter 7, section "KV cache".
-
-    ``k`` and ``v`` are ``(n_layers, B, H, max_len, d_head)``, preallocated; ``length`` tokens are filled.
-    """
-
-    def __init__(self, model, batch_size: int, max_len: int, device=None, dtype=None):
-        attn = model.blocks[0].self_attn
-        p = next(model.parameters())
-        shape = (len(model.blocks), batch_size, attn.n_heads, max_len, attn.d_head)
-        self.k = torch.zeros(shape, device=device or p.device, dtype=dtype or p.dtype)
-        self.v = torch.zeros_like(self.k)
-        self.length, self.max_len = 0, max_len
-
-    def append(self, layer: int, k, v):
-        """Store k, v ``(B, H, T_new, d_head)`` after the ``length`` cached ones; return all keys and values."""
-        end = self.length + k.shape[-2]
-        if end > self.max_len:
-            raise ValueError(f"the cache holds max_len={self.max_len} tokens, {end} were asked for")
-        self.k[layer, :, :, self.length:end] = k
-        self.v[layer, :, :, self.length:end] = v
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
-
-
-def _check_cache_model(model):
-    if getattr(model, "pos_scheme", None) not in ("none", "sinusoidal", "learned"):
-        raise ValueError("the KV cache supports DecoderLM with pos='none', 'sinusoidal' or 'learned', "
-                         f"got pos={getattr(model, 'pos_scheme', None)!r}")
-    if any(type(b.self_attn) is not MultiHeadAttention for b in model.blocks):
-        raise ValueError("the KV cache needs plain MultiHeadAttention in every block")
-
-
-def _embed(model, idx, start: int):
-    """Token embeddings plus absolute positions start … start+T−1: idx ``(B, T)`` → ``(B, T, d)``."""
-    x = model.tok_emb(idx)
-    pos = torch.arange(start, start + idx.shape[1], device=idx.device)
-    if isinstance(model.pos, SinusoidalPositions):
-        x = x + model.pos.table[pos].to(x.dtype)
-    elif isinstance(model.pos, LearnedPositions):
-        if start + idx.shape[1] > model.pos.table.num_embeddings:
-            raise ValueError(f"positions up to {start + idx.shape[1]} exceed the "
-                             f"{model.pos.table.num_embeddings} learned positions")
-        x = x + model.pos.table(pos)
-    return model.drop(x)
-
-
-def _cached_self_attention(attn, h, cache: KVCache, layer: int):
-    """The block's MultiHeadAttention on new tokens h ``(B, T_new, d)``, keys/values from the cache."""
-    q = split_heads(attn.q_proj(h), attn.n_heads)
-    k, v = cache.append(layer, split_heads(attn.k_proj(h), attn.n_heads),
-                        split_heads(attn.v_proj(h), attn.n_heads))
-    t_new, t_all = q.shape[-2], k.shape[-2]
-    # new token i sits at position t_all − t_new + i and may see keys j ≤ that position
-    mask = torch.ones(t_new, t_all, dtype=torch.bool, device=h.device).tril(diagonal=t_all - t_new)
-    out, _ = scaled_dot_product_attention(q, k, v, mask=mask)
-    return attn.out_proj(merge_heads(out))
-
-
-def forward_with_cache(model, idx, cache: KVCache):
-    """Run ``model`` (a ``DecoderLM``) on the new tokens idx ``(B, T_new)`` only — eq. (7.9).
-
-    The new tokens take positions ``cache.length`` … ``cache.length + T_new − 1``; their keys and values
-    are appended to ``cache`` and they attend to every cached token before them.  Returns logits
-    ``(B, T_new, vocab)``, the same as the last T_new rows of ``model(all tokens so far)``.
-    """
-    _check_cache_model(model)
-    if idx.dim() != 2:
-        raise ValueError(f"idx must be (B, T) token ids, got shape {tuple(idx.shape)}")
-    x = _embed(model, idx, cache.length)
-    for layer, block in enumerate(model.blocks):
-        x = _cached_block(block, x, cache, layer)
-    cache.length += idx.shape[1]
-    return model.head(model.norm(x))
-
-
-def _cached_block(block, x, cache, layer):
-    """One decoder-only block (masked self-attention, FFN, each in Add & Norm) using the cache."""
-    x = add_norm(x, lambda h: _cached_self_attention(block.self_attn, h, cache, layer),
-                 block.norm1, block.drop1, block.norm_first)
-    return add_norm(x, block.ff, block.norm3, block.drop3, block.norm_first)
-
-
-@torch.no_grad()
-def generate_with_cache(model, idx, max_new_tokens: int):
-    """Greedy decoding with a KV cache: idx ``(B, T)`` → ``(B, T + max_new_tokens)``.
-
-    The prompt is run once; each later step feeds one token and reuses the cached keys and values, so a
-    step costs O(t·d) attention + O(d²) projections instead of a full forward pass over t tokens.
-    Gives the same tokens as ``model.generate(idx, max_new_tokens, top_k=1)``.
-    """
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    cache = KVCache(model, idx.shape[0], idx.shape[1] + max_new_tokens, device=idx.device)
-    logits = forward_with_cache(model, idx, cache)
-    for _ in range(max_new_tokens):
-        next_id = logits[:, -1].argmax(dim=-1, keepdim=True)
-        idx = torch.cat([idx, next_id], dim=1)
-        if cache.length < cache.max_len:
-            logits = forward_with_cache(model, next_id, cache)
-    return idx
 
 
 # --- measuring ---------------------------------------------------------------------------------------------------

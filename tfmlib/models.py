@@ -11,12 +11,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import MultiHeadAttention, attention_mask, causal_mask, scaled_dot_product_attention
+from .attention import KVCache, MultiHeadAttention, attention_mask, scaled_dot_product_attention
 from .blocks import DecoderBlock, EncoderBlock
+from .data import PAD as PAD_ID
 from .positions import (ALiBiMultiHeadAttention, LearnedPositions, RelativeMultiHeadAttention,
                         RotaryMultiHeadAttention, SinusoidalPositions)
-
-PAD_ID = 0
 
 POSITION_SCHEMES = ("none", "sinusoidal", "learned", "relative", "rope", "alibi")
 
@@ -28,6 +27,28 @@ def record_attention(model: nn.Module, on: bool = True) -> None:
             m.store_weights = on
 
 
+def sample_next(logits, temperature: float = 1.0, top_k: int | None = None, generator=None, greedy=False):
+    """The next token ids ``(B, 1)`` from the last position's logits ``(B, V)``.
+
+    Greedy: the argmax.  Otherwise sample from softmax(logits / temperature), keeping only the ``top_k``
+    most likely tokens when given (``top_k=1`` is greedy too).
+    """
+    if greedy:
+        return logits.argmax(dim=-1, keepdim=True)
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+
+
+def new_cache(n_layers: int, max_len: int) -> list:
+    """One empty ``KVCache`` per layer, each with room for ``max_len`` tokens — chapter 7."""
+    return [KVCache(max_len) for _ in range(n_layers)]
+
+
 def _position_parts(pos: str, d_model: int, max_len: int, max_rel: int):
     """(module adding absolute positions or None, attention class) for a position scheme — chapter 5."""
     if pos not in POSITION_SCHEMES:
@@ -35,7 +56,7 @@ def _position_parts(pos: str, d_model: int, max_len: int, max_rel: int):
     absolute = {"sinusoidal": lambda: SinusoidalPositions(d_model, max(max_len, 4096)),
                 "learned": lambda: LearnedPositions(d_model, max_len)}.get(pos, lambda: None)()
     attention_cls = {"rope": RotaryMultiHeadAttention, "alibi": ALiBiMultiHeadAttention,
-                     "relative": lambda d, h, p: RelativeMultiHeadAttention(d, h, p, max_rel=max_rel),
+                     "relative": lambda d, h, p, bias=True: RelativeMultiHeadAttention(d, h, p, bias, max_rel),
                      }.get(pos, MultiHeadAttention)
     return absolute, attention_cls
 
@@ -117,7 +138,7 @@ class Transformer(nn.Module):
         d_ff = d_ff or 4 * d_model
         self.d_model = d_model
         self.src_emb, self.tgt_emb = nn.Embedding(src_vocab, d_model), nn.Embedding(tgt_vocab, d_model)
-        self.pos = SinusoidalPositions(d_model, max(max_len, 4096))
+        self.positions = SinusoidalPositions(d_model, max(max_len, 4096))
         self.encoder = nn.ModuleList(EncoderBlock(d_model, n_heads, d_ff, dropout, norm_first)
                                      for _ in range(n_layers))
         self.decoder = nn.ModuleList(DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first)
@@ -130,33 +151,44 @@ class Transformer(nn.Module):
     def encode(self, src):
         """src ``(B, S)`` → memory ``(B, S, d_model)``; padded keys are hidden from every query."""
         mask = attention_mask(src != PAD_ID)
-        x = self.pos(self.src_emb(src) * math.sqrt(self.d_model))
+        x = self.positions(self.src_emb(src) * math.sqrt(self.d_model))
         for block in self.encoder:
             x = block(x, mask=mask)
         return self.enc_norm(x)
 
-    def decode(self, tgt_in, memory, src):
-        """tgt_in ``(B, T)``, memory ``(B, S, d)`` → logits ``(B, T, tgt_vocab)``."""
-        t = tgt_in.shape[1]
-        self_mask = attention_mask(tgt_in != PAD_ID, causal=True)
-        memory_mask = attention_mask(src != PAD_ID, q_len=t)
-        x = self.pos(self.tgt_emb(tgt_in) * math.sqrt(self.d_model))
-        for block in self.decoder:
-            x = block(x, memory, self_mask=self_mask, memory_mask=memory_mask)
+    def decode(self, tgt_in, memory, src, cache=None):
+        """tgt_in ``(B, T)``, memory ``(B, S, d)`` → logits ``(B, T, tgt_vocab)``.
+
+        With ``cache`` (one ``KVCache`` per decoder block) tgt_in holds only the new target tokens,
+        at positions ``cache[0].length`` …; the earlier ones are read from the cache (chapter 7).  Decoding
+        feeds no padding, so the cached path uses the causal mask only (a PAD the model itself emits,
+        never a training target, stays visible there).
+        """
+        start = 0 if cache is None else cache[0].length
+        self_mask = attention_mask(tgt_in != PAD_ID, causal=True) if cache is None else None
+        memory_mask = attention_mask(src != PAD_ID, q_len=tgt_in.shape[1])
+        x = self.positions(self.tgt_emb(tgt_in) * math.sqrt(self.d_model), start)
+        for i, block in enumerate(self.decoder):
+            x = block(x, memory, self_mask=self_mask, memory_mask=memory_mask, causal=cache is not None,
+                      cache=None if cache is None else cache[i])
         return self.out(self.dec_norm(x))
 
     def forward(self, src, tgt_in):
         return self.decode(tgt_in, self.encode(src), src)
 
     @torch.no_grad()
-    def greedy_decode(self, src, bos_id: int, max_len: int):
-        """Append the most likely next token ``max_len`` times; returns ``(B, max_len)`` (BOS dropped)."""
+    def greedy_decode(self, src, bos_id: int, max_len: int, use_cache: bool = True):
+        """Append the most likely next token ``max_len`` times; returns ``(B, max_len)`` (BOS dropped).
+
+        The loop is ``DecoderLM.generate``'s: with ``use_cache`` each step feeds only the newest token.
+        Without it every step re-runs the decoder on the whole prefix, so modules that record their
+        weights end with the full (target × source) matrices.
+        """
         memory = self.encode(src)
         y = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
-        for _ in range(max_len):
-            next_id = self.decode(y, memory, src)[:, -1].argmax(-1, keepdim=True)
-            y = torch.cat([y, next_id], dim=1)
-        return y[:, 1:]
+        step = lambda new, cache: self.decode(new, memory, src, cache)
+        cache = new_cache(len(self.decoder), max_len) if use_cache else None
+        return decode_loop(step, y, max_len, cache, greedy=True)[:, 1:]
 
 
 class DecoderLM(nn.Module):
@@ -164,55 +196,83 @@ class DecoderLM(nn.Module):
 
     ``pos`` picks the position scheme of chapter 5: ``none``, ``sinusoidal``, ``learned``,
     ``relative`` (Shaw et al., clip distance ``max_rel``), ``rope`` or ``alibi``.
-    ``forward(idx)``: idx ``(B, T)`` → logits ``(B, T, vocab)``, position t predicting token t+1.
+    ``forward(idx, cache=None)``: idx ``(B, T)`` → logits ``(B, T, vocab)``, position t predicting token t+1.
+    With ``cache`` (``new_cache``, chapter 7) idx holds only the new tokens, at positions
+    ``cache[0].length`` …, and attends to the cached keys and values of the earlier ones.
+    ``tie_weights`` shares the token embedding with the output layer, which then has no bias (Press & Wolf, 2017);
+    ``bias=False`` removes the additive biases of every linear layer and LayerNorm (as in nanoGPT's config).
     """
 
     def __init__(self, vocab_size, d_model=64, n_heads=4, n_layers=2, d_ff=None, max_len=256,
-                 dropout=0.0, pos="learned", norm_first=False, max_rel=16):
+                 dropout=0.0, pos="learned", norm_first=False, max_rel=16, activation="relu",
+                 tie_weights=False, bias=True):
         super().__init__()
         d_ff = d_ff or 4 * d_model
         self.max_len, self.pos_scheme = max_len, pos
         self.tok_emb = nn.Embedding(vocab_size, d_model)
-        self.pos, attention_cls = _position_parts(pos, d_model, max_len, max_rel)
+        self.positions, attention_cls = _position_parts(pos, d_model, max_len, max_rel)
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
-            DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first, cross_attention=False,
-                         attention_cls=attention_cls) for _ in range(n_layers))
-        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
-        self.head = nn.Linear(d_model, vocab_size)
+            DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first, activation, cross_attention=False,
+                         attention_cls=attention_cls, bias=bias) for _ in range(n_layers))
+        self.norm = nn.LayerNorm(d_model, bias=bias) if norm_first else nn.Identity()
+        self.head = nn.Linear(d_model, vocab_size, bias=bias and not tie_weights)
+        if tie_weights:
+            self.head.weight = self.tok_emb.weight
 
-    def forward(self, idx):
+    def forward(self, idx, cache=None):
         if idx.dim() != 2:
             raise ValueError(f"idx must be (B, T) token ids, got shape {tuple(idx.shape)}")
+        start = 0 if cache is None else cache[0].length
         x = self.tok_emb(idx)
-        if self.pos is not None:
-            x = self.pos(x)
+        if self.positions is not None:
+            x = self.positions(x, start)
         x = self.drop(x)
-        mask = causal_mask(idx.shape[1], device=idx.device)
-        for block in self.blocks:
-            x = block(x, self_mask=mask)
+        for i, block in enumerate(self.blocks):
+            x = block(x, causal=True, cache=None if cache is None else cache[i])
         return self.head(self.norm(x))
+
+    def new_cache(self, max_len: int) -> list:
+        """An empty KV cache for ``max_len`` tokens: one ``KVCache`` per block."""
+        return new_cache(len(self.blocks), max_len)
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 generator: torch.Generator | None = None):
+                 generator: torch.Generator | None = None, greedy: bool = False, use_cache: bool = True):
         """Sample ``max_new_tokens`` tokens after the prompt idx ``(B, T)``; returns ``(B, T + new)``.
 
-        Logits are divided by ``temperature`` (> 0); ``top_k`` keeps only the k most likely tokens.
-        Absolute position schemes see at most the last ``max_len`` tokens.
+        Logits are divided by ``temperature`` (> 0); ``top_k`` keeps only the k most likely tokens;
+        ``greedy`` takes the most likely one.  With ``use_cache`` the prompt runs once and each later step
+        feeds one token (chapter 7); the tokens are the same as without.  Learned positions have no
+        vector past ``max_len``: from there the context is the last ``max_len`` tokens, recomputed each step.
         """
-        if temperature <= 0:
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        if not greedy and temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
-        for _ in range(max_new_tokens):
-            context = idx if self.pos_scheme not in ("learned",) else idx[:, -self.max_len:]
-            logits = self(context)[:, -1] / temperature
-            if top_k is not None:
-                kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            probs = F.softmax(logits, dim=-1)
-            next_id = torch.multinomial(probs, 1, generator=generator)
-            idx = torch.cat([idx, next_id], dim=1)
-        return idx
+        crop = self.max_len if self.pos_scheme == "learned" else None
+        total = idx.shape[1] + max_new_tokens
+        cache = self.new_cache(min(total, crop or total)) if use_cache else None
+        return decode_loop(self, idx, max_new_tokens, cache, crop, temperature, top_k, generator, greedy)
+
+
+def decode_loop(step, idx, max_new_tokens, cache=None, crop=None, temperature=1.0, top_k=None,
+                generator=None, greedy=False):
+    """Append ``max_new_tokens`` tokens to idx ``(B, T)``, one at a time; returns ``(B, T + new)``.
+
+    ``step(tokens, cache)`` returns the logits of the given tokens.  With a cache (a list of ``KVCache``)
+    only the tokens not yet cached are fed; without, the whole sequence (its last ``crop`` tokens).
+    When the cache is full the loop carries on without it.
+    """
+    for _ in range(max_new_tokens):
+        if cache is not None and idx.shape[1] <= cache[0].max_len:
+            logits = step(idx[:, cache[0].length:], cache)
+        else:
+            cache = None
+            logits = step(idx if crop is None else idx[:, -crop:], None)
+        next_id = sample_next(logits[:, -1], temperature, top_k, generator, greedy)
+        idx = torch.cat([idx, next_id], dim=1)
+    return idx
 
 
 class RNNClassifier(nn.Module):

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .attention import MultiHeadAttention, causal_mask_offset, scaled_dot_product_attention
 from .utils import check_tensor
 
 
@@ -45,22 +45,27 @@ def sinusoidal_offset_matrix(k: int, d: int) -> torch.Tensor:
 
 
 class SinusoidalPositions(nn.Module):
-    """Adds the fixed sinusoidal table to token embeddings: x ``(B, T, d)`` → ``(B, T, d)``."""
+    """Adds the fixed sinusoidal table to token embeddings: x ``(B, T, d)`` → ``(B, T, d)``.
+
+    The T tokens take positions start … start+T−1 (``start`` > 0 after a KV cache, chapter 7).
+    """
 
     def __init__(self, d_model: int, max_len: int = 4096):
         super().__init__()
         self.register_buffer("table", sinusoidal_positions(max_len, d_model), persistent=False)
 
-    def forward(self, x):
-        if x.shape[1] > self.table.shape[0]:
-            raise ValueError(f"sequence length {x.shape[1]} exceeds max_len={self.table.shape[0]}")
-        return x + self.table[: x.shape[1]].to(x.dtype)
+    def forward(self, x, start: int = 0):
+        end = start + x.shape[1]
+        if end > self.table.shape[0]:
+            raise ValueError(f"sequence length {end} exceeds max_len={self.table.shape[0]}")
+        return x + self.table[start:end].to(x.dtype)
 
 
 class LearnedPositions(nn.Module):
     """One trained vector per absolute position: x ``(B, T, d)`` → x + P[:T] — eq. (5.4).
 
-    It has no vector for positions ≥ ``max_len``: longer inputs raise ValueError.
+    It has no vector for positions ≥ ``max_len``: longer inputs raise ValueError.  The T tokens take
+    positions start … start+T−1 (``start`` > 0 after a KV cache, chapter 7).
     """
 
     def __init__(self, d_model: int, max_len: int):
@@ -68,23 +73,28 @@ class LearnedPositions(nn.Module):
         self.table = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.table.weight, std=0.02)
 
-    def forward(self, x):
-        t = x.shape[1]
-        if t > self.table.num_embeddings:
-            raise ValueError(f"sequence length {t} exceeds the {self.table.num_embeddings} learned positions")
-        return x + self.table(torch.arange(t, device=x.device))
+    def forward(self, x, start: int = 0):
+        end = start + x.shape[1]
+        if end > self.table.num_embeddings:
+            raise ValueError(f"sequence length {end} exceeds the {self.table.num_embeddings} learned positions")
+        return x + self.table(torch.arange(start, end, device=x.device))
 
 
-def relative_position_index(n: int, k: int, device=None) -> torch.Tensor:
-    """``(n, n)`` long: clip(j − i, −k, k) + k, the row of w^K / w^V that pair (i, j) uses — eq. (5.5)."""
+def relative_position_index(n: int, k: int, device=None, n_queries: int | None = None) -> torch.Tensor:
+    """``(n, n)`` long: clip(j − i, −k, k) + k, the row of w^K / w^V that pair (i, j) uses — eq. (5.5).
+
+    With ``n_queries`` only the rows of the last n_queries positions, ``(n_queries, n)`` (a KV cache).
+    """
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     pos = torch.arange(n, device=device)
-    return (pos[None, :] - pos[:, None]).clamp(-k, k) + k
+    rows = pos if n_queries is None else pos[n - n_queries:]
+    return (pos[None, :] - rows[:, None]).clamp(-k, k) + k
 
 
 class RelativePositions(nn.Module):
-    """Shaw et al.'s tables w^K, w^V of shape ``(2k+1, d_head)``; ``forward(n)`` → (a^K, a^V), each ``(n, n, d_head)``."""
+    """Shaw et al.'s tables w^K, w^V of shape ``(2k+1, d_head)``; ``forward(n)`` → (a^K, a^V), each ``(n, n, d_head)``
+    (``(n_queries, n, d_head)`` for the last n_queries queries only)."""
 
     def __init__(self, d_head: int, k: int):
         super().__init__()
@@ -92,8 +102,8 @@ class RelativePositions(nn.Module):
         self.w_k = nn.Embedding(2 * k + 1, d_head)
         self.w_v = nn.Embedding(2 * k + 1, d_head)
 
-    def forward(self, n: int):
-        idx = relative_position_index(n, self.k, device=self.w_k.weight.device)
+    def forward(self, n: int, n_queries: int | None = None):
+        idx = relative_position_index(n, self.k, device=self.w_k.weight.device, n_queries=n_queries)
         return self.w_k(idx), self.w_v(idx)
 
 
@@ -101,7 +111,7 @@ def relative_attention(q, k, v, a_k, a_v, mask=None):
     """Shaw et al.'s attention — eq. (5.6):
     e_ij = (q_i·k_j + q_i·a^K_ij) / √d,  z_i = Σ_j α_ij (v_j + a^V_ij).
 
-    q, k, v ``(..., n, d)``; a_k, a_v ``(n, n, d)``; returns (z ``(..., n, d)``, α ``(..., n, n)``).
+    q ``(..., Tq, d)``, k, v ``(..., n, d)``; a_k, a_v ``(Tq, n, d)``; returns (z ``(..., Tq, d)``, α ``(..., Tq, n)``).
     """
     d = q.shape[-1]
     bias = torch.einsum("...id,ijd->...ij", q, a_k) / math.sqrt(d)
@@ -144,44 +154,62 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     return torch.cat([slopes, extra[: n_heads - p]])
 
 
-def alibi_bias(n_heads: int, n: int, device=None) -> torch.Tensor:
+def alibi_bias(n_heads: int, n: int, device=None, n_queries: int | None = None) -> torch.Tensor:
     """``(H, n, n)`` additive score bias −slope_h · (i − j) for keys j ≤ i, and −slope_h·|i − j| above
-    the diagonal (masked away in causal use) — chapter 5, eq. (5.8)."""
+    the diagonal (masked away in causal use) — chapter 5, eq. (5.8).
+
+    With ``n_queries`` only the rows of the last n_queries positions, ``(H, n_queries, n)`` (a KV cache).
+    """
     pos = torch.arange(n, device=device)
-    dist = (pos[:, None] - pos[None, :]).abs().float()
+    rows = pos if n_queries is None else pos[n - n_queries:]
+    dist = (rows[:, None] - pos[None, :]).abs().float()
     return -alibi_slopes(n_heads).to(device)[:, None, None] * dist
 
 
 class RotaryMultiHeadAttention(MultiHeadAttention):
-    """Multi-head attention whose queries and keys are rotated by ``rope`` in every head."""
+    """Multi-head attention whose queries and keys are rotated by ``rope`` in every head.
 
-    def attend(self, q, k, v, mask):
+    The new tokens are rotated at their own positions start, start+1, … before they enter the KV cache,
+    so cached keys never need rotating again; the fused kernel then sees ordinary q and k.
+    """
+
+    def rotate(self, q, k, start: int):
         if q.shape[-2] != k.shape[-2]:
-            raise ValueError("rotary attention here is for self-attention from position 0: Tq must equal Tk, "
+            raise ValueError("rotary attention here is for self-attention: Tq must equal Tk, "
                              f"got q {tuple(q.shape)} and k {tuple(k.shape)}")
-        return super().attend(rope(q), rope(k), v, mask)
+        return rope(q, offset=start), rope(k, offset=start)
 
 
 class ALiBiMultiHeadAttention(MultiHeadAttention):
-    """Multi-head attention with ALiBi's distance penalty added to each head's scores."""
+    """Multi-head attention with ALiBi's distance penalty added to each head's scores.
 
-    def attend(self, q, k, v, mask):
-        if q.shape[-2] != k.shape[-2]:
-            raise ValueError("ALiBi attention is for self-attention: Tq must equal Tk")
-        bias = alibi_bias(self.n_heads, q.shape[-2], device=q.device).to(q.dtype)
-        p = self.dropout if self.training else 0.0
-        return scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p, bias=bias)
+    Query i of Tq sits at position Tk − Tq + i (the last Tq of Tk tokens, as with a KV cache).  The bias
+    goes to the fused kernel as an additive float mask.
+    """
+
+    def score_bias(self, t_q: int, t_k: int, device, dtype):
+        if t_q > t_k:
+            raise ValueError(f"ALiBi attention is for self-attention: Tq must be <= Tk, got Tq={t_q} and Tk={t_k}")
+        return alibi_bias(self.n_heads, t_k, device=device, n_queries=t_q).to(dtype)
 
 
 class RelativeMultiHeadAttention(MultiHeadAttention):
-    """Multi-head attention with Shaw et al.'s relative positions (tables shared by all heads)."""
+    """Multi-head attention with Shaw et al.'s relative positions (tables shared by all heads).
+
+    a^V adds to the values a sum weighted by the attention weights, which the fused kernel does not
+    return: this class always takes the teaching path.  Query i of Tq sits at position Tk − Tq + i.
+    """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True, max_rel: int = 16):
         super().__init__(d_model, n_heads, dropout, bias)
         self.rel = RelativePositions(self.d_head, max_rel)
 
-    def attend(self, q, k, v, mask):
-        if q.shape[-2] != k.shape[-2]:
-            raise ValueError("relative attention is for self-attention: Tq must equal Tk")
-        a_k, a_v = self.rel(q.shape[-2])
+    def attend(self, q, k, v, mask, causal, need_weights):
+        t_q, t_k = q.shape[-2], k.shape[-2]
+        if t_q > t_k:
+            raise ValueError(f"relative attention is for self-attention: Tq must be <= Tk, got Tq={t_q} and Tk={t_k}")
+        if causal:
+            allowed = causal_mask_offset(t_q, t_k, q.device)
+            mask = allowed if mask is None else mask & allowed
+        a_k, a_v = self.rel(t_k, n_queries=t_q)
         return relative_attention(q, k, v, a_k.to(q.dtype), a_v.to(q.dtype), mask)
