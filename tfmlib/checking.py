@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tfmlib import trace as _trace
+from tfmlib.utils import seed_everything
 
 # ---------------------------------------------------------------------------------------------------------
 # Trusted copies, bound when the setup cell imports this module (before any learner code runs).
@@ -191,17 +192,9 @@ def assert_true(name, condition, message, hint=None):
 
 
 def seed(value=0):
-    """Seed Python's, NumPy's (when installed) and PyTorch's generators; returns a seeded torch.Generator."""
-    import random
-    random.seed(value)
-    try:
-        import numpy as np
-    except ImportError:
-        pass
-    else:
-        np.random.seed(value)
-    torch.manual_seed(value)
-    return torch.Generator().manual_seed(value)
+    """Seed Python's, NumPy's and PyTorch's generators (``tfmlib.utils.seed_everything``); returns a seeded
+    torch.Generator."""
+    return seed_everything(value)
 
 
 # ---------------------------------------------------------------------------------------------------------
