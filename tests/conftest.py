@@ -15,3 +15,30 @@ def device(request):
 
 def max_err(a, b):
     return (a - b).abs().max().item()
+
+
+# Debian's chromium and chromium-driver drive the browser tests (tests/test_site.py, tests/test_lab.py).
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+def headless_chromium(window: str, timeout_s: float, profile: str, logging: bool = False):
+    """A headless Chromium under Selenium, offline (Selenium Manager never downloads anything), with its
+    profile in ``profile``; ``logging`` keeps the console and network logs for the site checks."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    import os
+    os.environ["SE_OFFLINE"] = "true"
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-dev-shm-usage", f"--window-size={window}",
+                "--lang=en-US", f"--user-data-dir={profile}"):
+        options.add_argument(arg)
+    if logging:
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(timeout_s)
+    driver.set_script_timeout(timeout_s)
+    return driver

@@ -95,20 +95,10 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser(lab):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+    from conftest import headless_chromium
 
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never download a browser or driver
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
     profile = tempfile.mkdtemp(prefix="tfmlib-lab-chromium-")
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--disable-dev-shm-usage", "--window-size=1400,950",
-                "--lang=en-US", f"--user-data-dir={profile}"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    driver.set_page_load_timeout(WAIT_S)
-    driver.set_script_timeout(WAIT_S)
+    driver = headless_chromium("1400,950", WAIT_S, profile)
     yield driver
     driver.quit()
     shutil.rmtree(profile, ignore_errors=True)

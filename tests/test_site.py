@@ -162,21 +162,10 @@ def server(site_dir):
 
 @pytest.fixture(scope="session")
 def browser(site_dir):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+    from conftest import headless_chromium
 
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never download a browser or driver
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
     profile = tempfile.mkdtemp(prefix="tfmlib-chromium-")
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--disable-dev-shm-usage", "--window-size=1366,900",
-                "--lang=en-US", f"--user-data-dir={profile}"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    driver.set_page_load_timeout(PAGE_TIMEOUT_S)
-    driver.set_script_timeout(PAGE_TIMEOUT_S)
+    driver = headless_chromium("1366,900", PAGE_TIMEOUT_S, profile, logging=True)
     driver.execute_cdp_cmd("Network.enable", {})
     yield driver
     driver.quit()

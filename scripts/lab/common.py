@@ -9,7 +9,8 @@ import os
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def configure(c):
+def configure(c, instructor: bool):
+    """Apply the shared settings; ``instructor`` turns on nbgrader's Formgrader and exchange tools."""
     # One JupyterLab on the whole repository: chapters (book/*.md) and exercises (notebooks/) side by side.
     c.ServerApp.root_dir = REPO
     # Defaults for the document manager (scripts/lab/settings/overrides.json): Markdown files -- the
@@ -19,3 +20,10 @@ def configure(c):
     # Containers often run as root; Jupyter refuses to start as root without this flag.
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         c.ServerApp.allow_root = True
+    # nbgrader's server extensions: Validate for everyone; the instructor's tools only for instructors.
+    c.ServerApp.jpserver_extensions = {
+        "nbgrader.server_extensions.validate_assignment": True,
+        "nbgrader.server_extensions.formgrader": instructor,
+        "nbgrader.server_extensions.assignment_list": instructor,
+        "nbgrader.server_extensions.course_list": instructor,
+    }

@@ -7,10 +7,4 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from common import configure  # noqa: E402  (scripts/lab/common.py)
 
 c = get_config()  # noqa: F821
-configure(c)
-c.ServerApp.jpserver_extensions = {
-    "nbgrader.server_extensions.validate_assignment": True,
-    "nbgrader.server_extensions.formgrader": True,
-    "nbgrader.server_extensions.assignment_list": True,
-    "nbgrader.server_extensions.course_list": True,
-}
+configure(c, instructor=True)
