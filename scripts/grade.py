@@ -105,11 +105,6 @@ def api_from_config(config):
     return NbGraderAPI(coursedir=coursedir, config=config), coursedir
 
 
-def load_api(course: Path, extra: Path | None = None, db_url: str | None = None):
-    """(NbGraderAPI, CourseDirectory) for ``course`` with the grading configuration."""
-    return api_from_config(load_config(course, extra, db_url))
-
-
 def status_of(result: dict, report: dict) -> tuple[str, str]:
     """(status, reason) from nbgrader's result and the preprocessors' report."""
     executions = [nb.get("execution", "ok") for nb in report.values()]

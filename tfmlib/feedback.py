@@ -31,20 +31,19 @@ import torch
 
 import tfmlib.checking as check
 
-# Trusted copies (bound when this module is first imported).
-_Tensor = torch.Tensor
-_softmax = torch.softmax
-_matmul = torch.matmul
+# The copies tfmlib.checking took when the setup cell imported it, before any learner code ran; the other
+# operations are bound when a test cell first imports this module.  (When a notebook is graded, the verdicts
+# are reached again in the grader's process, where no learner code runs: tfmlib/trace.py.)
+_Tensor, _type = check._Tensor, check._type
+_softmax, _matmul = check.ref.softmax, check.ref.matmul
+_allclose, _isnan = check._allclose, check._isnan
 _tanh = torch.tanh
 _exp = torch.exp
 _sqrt = torch.sqrt
-_allclose = torch.allclose
-_isnan = torch.isnan
 _stack = torch.stack
 _zeros = torch.zeros
 _ones = torch.ones
 _arange = torch.arange
-_type = type
 
 
 @dataclass(frozen=True)

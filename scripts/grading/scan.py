@@ -527,12 +527,6 @@ def _names_of(sources: list[str]) -> dict[str, str]:
     return names
 
 
-def protected_names(setup: list[str], tests: list[str]) -> dict[str, str]:
-    """Names the learner may not rebind (see ``_Context``)."""
-    ctx = _Context(_names_of(setup), _names_of(tests), {}, set())
-    return ctx.protected
-
-
 def scan_cells(learner: dict[int, str], setup: list[str], tests: list[str], graded_names: set[str]) -> list[Flag]:
     """Flags for the learner's cells ``{index: source}``.
 
