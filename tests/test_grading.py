@@ -557,19 +557,26 @@ def test_exchange_round_trip_with_two_student_accounts():
     instructor("collect", assignment)
     for user in students:
         assert (course / "submitted" / user / assignment / f"{assignment}.ipynb").exists()
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), assignment, "--course", str(course)],
-                          env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    with open(course / "grading" / assignment / "grades.csv") as f:
-        grades = {r["student_id"]: r for r in csv.DictReader(f)}
+    for run in range(2):    # a submission the machine was too busy to grade is 'timed out'; the guide's
+        proc = subprocess.run(  # remedy is to run grade.py again, which grades only that one
+            [sys.executable, str(ROOT / "scripts" / "grade.py"), assignment, "--course", str(course)],
+            env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        with open(course / "grading" / assignment / "grades.csv") as f:
+            grades = {r["student_id"]: r for r in csv.DictReader(f)}
+        if all(g["status"] != "timed out" for g in grades.values()):
+            break
+    for user in students:                   # feedback exists only for a graded submission
+        assert grades[user]["status"] == "graded", (user, grades[user], proc.stdout[-3000:])
     assert float(grades[students[0]]["score"]) == float(grades[students[0]]["max_score"]) > 0
     assert float(grades[students[1]]["score"]) == 0
     instructor("generate_feedback", assignment, "--force")
     instructor("release_feedback", assignment)
     for user in students:
-        student(user, "fetch_feedback", assignment)
+        fetch = student(user, "fetch_feedback", assignment)
         html = list((Path(f"/home/{user}") / assignment / "feedback").rglob("*.html"))
-        assert html, f"no feedback fetched for {user}"
+        released = sorted(p.name for p in (exchange / "tfm-test" / "feedback").glob("*.html"))
+        assert html, (f"no feedback fetched for {user}", released, fetch.stdout[-2000:], fetch.stderr[-2000:])
         text = html[0].read_text()
         assert grades[user]["max_score"].rstrip("0").rstrip(".") in text
     shutil.rmtree(work, ignore_errors=True)
