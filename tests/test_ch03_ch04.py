@@ -1,14 +1,15 @@
-"""Data generators of chapters 3 and 4 (tfmlib.data.copy_task, TwoRelationTask), checked by brute-force loops."""
+"""Data generators of chapters 3 and 4 (tfmlib.data.CopyTask, TwoRelationTask), checked by brute-force loops."""
 import pytest
 import torch
 
-from tfmlib.data import BOS, FIRST_SYMBOL, PAD, TwoRelationTask, copy_task
+from tfmlib.data import BOS, FIRST_SYMBOL, PAD, CopyTask, TwoRelationTask
 
 
 def test_copy_task_layout():
     g = torch.Generator().manual_seed(0)
-    x, y = copy_task(5, n_symbols=6, half_len=4, generator=g)
-    assert x.shape == y.shape == (5, 8)
+    task = CopyTask(n_symbols=6, half_len=4)
+    x, y = task.batch(5, generator=g)
+    assert x.shape == y.shape == (5, 8) and task.seq_len == 8 and task.vocab_size == FIRST_SYMBOL + 6
     for b in range(5):
         seq = [BOS] + y[b].tolist()                       # the whole sequence BOS a a
         assert x[b].tolist() == seq[:-1]                  # y is x shifted by one
@@ -20,16 +21,19 @@ def test_copy_task_layout():
 
 
 def test_copy_task_uses_all_symbols_and_generator():
-    x1, _ = copy_task(200, 5, 3, torch.Generator().manual_seed(1))
-    x2, _ = copy_task(200, 5, 3, torch.Generator().manual_seed(1))
+    task = CopyTask(5, 3)
+    x1, _ = task.batch(200, torch.Generator().manual_seed(1))
+    x2, _ = task.batch(200, torch.Generator().manual_seed(1))
     assert torch.equal(x1, x2)
     assert set(x1[:, 1:].unique().tolist()) == set(range(FIRST_SYMBOL, FIRST_SYMBOL + 5))
 
 
-@pytest.mark.parametrize("args", [(0, 3, 2), (2, 0, 2), (2, 3, 0)])
-def test_copy_task_rejects_bad_sizes(args):
-    with pytest.raises(ValueError, match="half_len"):
-        copy_task(*args)
+@pytest.mark.parametrize("sizes, name", [((0, 2), "n_symbols"), ((3, 0), "half_len")])
+def test_copy_task_rejects_bad_sizes(sizes, name):
+    with pytest.raises(ValueError, match=name):
+        CopyTask(*sizes)
+    with pytest.raises(ValueError, match="batch_size"):
+        CopyTask(3, 2).batch(0)
 
 
 def brute_force_answers(task, x):

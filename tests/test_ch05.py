@@ -1,11 +1,11 @@
-"""Chapter 5 (positions): tfmlib.positions and tfmlib.data.lag_task against direct formulas and loops."""
+"""Chapter 5 (positions): tfmlib.positions and tfmlib.data.LagTask against direct formulas and loops."""
 import math
 
 import pytest
 import torch
 
 import tfmlib
-from tfmlib.data import FIRST_SYMBOL, PAD, lag_task
+from tfmlib.data import FIRST_SYMBOL, PAD, LagTask
 from tfmlib.positions import (ALiBiMultiHeadAttention, LearnedPositions, RelativePositions, alibi_bias,
                               alibi_slopes, relative_attention, relative_position_index, rope,
                               sinusoidal_offset_matrix, sinusoidal_positions)
@@ -186,13 +186,14 @@ def test_decoder_lm_runs_every_scheme_and_learned_stops_at_max_len(pos):
 
 def test_lag_task_targets_are_the_tokens_lag_steps_back():
     g = torch.Generator().manual_seed(0)
-    x, y = lag_task(4, 12, 3, n_symbols=5, generator=g)
-    assert x.shape == y.shape == (4, 12)
+    task = LagTask(seq_len=12, lag=3, n_symbols=5)
+    x, y = task.batch(4, generator=g)
+    assert x.shape == y.shape == (4, 12) and task.vocab_size == FIRST_SYMBOL + 5
     assert ((x >= FIRST_SYMBOL) & (x < FIRST_SYMBOL + 5)).all()
     for b in range(4):
         for t in range(12):
             assert y[b, t].item() == (x[b, t - 3].item() if t >= 3 else PAD)
-    x2, _ = lag_task(4, 12, 3, n_symbols=5, generator=torch.Generator().manual_seed(0))
+    x2, _ = task.batch(4, generator=torch.Generator().manual_seed(0))
     assert torch.equal(x, x2)
     with pytest.raises(ValueError, match="lag"):
-        lag_task(4, 12, 0)
+        LagTask(12, 0)

@@ -75,8 +75,8 @@ def test_rnn_seq2seq(attention):
 
 
 def test_synthetic_translation_and_exact_match():
-    task = tfmlib.data.SyntheticTranslation(n_symbols=6, seed=0)
-    src, tgt_in, tgt_out = task.batch(4, 2, 5, generator=torch.Generator().manual_seed(0))
+    task = tfmlib.data.SyntheticTranslation(n_symbols=6, min_len=2, max_len=5, seed=0)
+    src, tgt_in, tgt_out = task.batch(4, generator=torch.Generator().manual_seed(0))
     for s, ti, to in zip(src, tgt_in, tgt_out):
         n = int((s != 0).sum())
         expected = task.lexicon[s[:n]].flip(0)
@@ -90,12 +90,12 @@ def test_synthetic_translation_and_exact_match():
 
 def test_training_loop_reduces_loss():
     torch.manual_seed(0)
-    task = tfmlib.data.SyntheticTranslation(n_symbols=5, seed=0)
+    task = tfmlib.data.SyntheticTranslation(n_symbols=5, min_len=2, max_len=4, seed=0)
     model = tfmlib.Transformer(task.vocab_size, task.vocab_size, d_model=16, n_heads=2, n_layers=1)
     g = torch.Generator().manual_seed(0)
 
     def loss_fn(step):
-        src, tgt_in, tgt_out = task.batch(32, 2, 4, generator=g)
+        src, tgt_in, tgt_out = task.batch(32, generator=g)
         return tfmlib.train.sequence_loss(model(src, tgt_in), tgt_out)
 
     history = tfmlib.train.train(model, loss_fn, steps=60, lr=3e-3, progress=False)
