@@ -66,6 +66,14 @@ TESTS = ["out = f(torch.ones(2))\ncheck.assert_close('f', out, torch.ones(2))\nd
     ("s = '{0.__class__}'.format(torch)", "format string"),
     ("x = type('X', (), {})", "uses 'type'"),
     ("import importlib", "imports 'importlib'"),
+    # frames reach the notebook's globals and built-ins without a dunder (found by a blind red team)
+    ("def g():\n    yield\ndef f(x):\n    return g().gi_frame.f_globals['expected']", "'gi_frame'"),
+    ("def g():\n    yield\nb = g().gi_frame.f_builtins", "'f_builtins'"),
+    ("def f(x):\n    try:\n        1 / 0\n    except Exception as e:\n        return e.__traceback__", "'__traceback__'"),
+    ("def f(e):\n    return e.tb_frame.f_back", "'tb_frame'"),
+    ("def f(fn):\n    return fn.func_globals", "'func_globals'"),
+    ("def f(x):\n    return x.some_private_handle", "the attribute 'some_private_handle'"),
+    ("def f(d):\n    return d['__import__']('os')", "'__import__'"),
 ])
 def test_scan_flags_attacks(code, reason):
     flags = scan_cells({5: code}, SETUP, TESTS, {"f"})
@@ -121,6 +129,12 @@ def test_scan_fails_closed(code):
     "        self.w = torch.nn.Parameter(torch.randn(d, d))\n\n    def forward(self, x):\n        return x @ self.w",
     "print(f(torch.ones(2)))\nout",
     "import numpy as np\ndef f(x):\n    return float(np.log(np.asarray(x)).mean())",
+    "def f(x):\n    return x\n\nif __name__ == '__main__':\n    print(f(torch.ones(2)))",
+    "from dataclasses import dataclass\n@dataclass\nclass Cfg:\n    heads: int = 2\n"
+    "def f(x, cfg=Cfg()):\n    b, t, d = x.shape\n    return x.view(b, t, cfg.heads, d // cfg.heads).transpose(1, 2)",
+    "def f(x):\n    m = torch.finfo(x.dtype).min\n    vals, idx = x.max(dim=-1)\n    return x.masked_fill(x < 0, m).T, vals, idx",
+    "class Lin(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.proj = torch.nn.Linear(2, 2)\n"
+    "    def forward(self, x):\n        return x @ self.proj.weight.mT + self.proj.bias",
 ])
 def test_scan_accepts_honest_answers(code):
     assert scan_cells({5: code}, SETUP, TESTS, {"f"}) == []
@@ -215,7 +229,8 @@ def test_sandbox_confines_the_kernel(tmp_path):
     assert "FileNotFoundError" in out[1] and "instructor" not in out[1]
     assert "Error" in out[2] and other.read_text() == "{}"
     assert "Error" in out[3] and not (course / "new.txt").exists()
-    assert "ok" in out[4] and (work / "mine.txt").read_text() == "ok"
+    # the kernel writes in a private copy of its folder: the real one, where the grader writes, is untouched
+    assert "ok" in out[4] and not (work / "mine.txt").exists()
     assert "OSError" in out[5] or "unreachable" in out[5] or "refused" in out[5], out[5]
     assert "RuntimeError" in out[6] or "MemoryError" in out[6], out[6]
     assert "xxx" in out[7]
@@ -364,7 +379,7 @@ def autograde(root: Path, env: dict, assignment: str, *flags: str) -> dict[str, 
 
     from nbgrader.api import Gradebook
     proc = subprocess.run(["nbgrader", "autograde", assignment, "--force", *flags], cwd=root, env=env,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, timeout=1800)   # a hung batch fails, never stalls CI
     out = {}
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         for sub in gb.assignment_submissions(assignment):
@@ -409,7 +424,8 @@ def test_default_autograde_grades_the_whole_suite(tmp_path):
 TAMPERING = ["module-attributes", "namespace-dict", "vars", "setattr", "sys-modules", "code-object",
              "fake-check-object", "builtins-isinstance", "tensor-eq", "alias-tensor-class", "exception-hook",
              "rebind-allclose", "exec-string", "importlib", "dunder-import", "test-variable-in-function",
-             "trace-forgery", "blank-line-body", "print-forgery"]
+             "trace-forgery", "blank-line-body", "print-forgery", "frame-globals", "symlink-notebook", "fifo-trace",
+             "audit-fd-close"]
 
 
 @pytest.mark.slow
@@ -430,7 +446,7 @@ def test_verdicts_hold_when_the_scan_is_off(tmp_path, path):
         cfg = tmp_path / "noscan.py"
         cfg.write_text("c = get_config()\nc.ScanSubmission.enabled = False\n")
         proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), a, "--course", str(tmp_path),
-                               "--extra-config", str(cfg)], env=env, capture_output=True, text=True)
+                               "--extra-config", str(cfg)], env=env, capture_output=True, text=True, timeout=1800)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         with open(tmp_path / "grading" / a / "grades.csv") as f:
             scores = {r["student_id"]: (float(r["score"]), float(r["max_score"]), [r["reason"]] if r["status"] == "flagged" else [])

@@ -126,6 +126,7 @@ def attack(nb, code: str):
 
 
 _NOOP = "lambda *a, **k: None"
+_OS = "def _g():\n    yield\n_os = _g().gi_frame.f_builtins['__import__']('os')\n"   # os, past the name checks
 _CHECKS = ("assert_close", "assert_equal", "assert_tensor", "assert_true", "assert_number")
 
 
@@ -177,6 +178,16 @@ def attacks(course: Path, assignment: str, first_student: str) -> dict[str, tupl
         "excepthook-sys": ("import sys\nsys.excepthook = lambda *a: None", "flag"),
         "profile-off": ("import sys\nsys.setprofile(None)", "flag"),
         "test-variable-in-function": ("def causal_mask(n):\n    return expected", "flag"),
+        # frames reach the globals and built-ins without a dunder; through them, the kernel's own folder,
+        # where the grader (root, after the kernel ends) once wrote the graded notebook and read the trace
+        "frame-globals": ("def _g():\n    yield\n_ns = _g().gi_frame.f_globals\n_ns['check'] = None", "flag"),
+        "symlink-notebook": (f"{_OS}_nb = _os.getcwd() + '/{assignment}.ipynb'\n_os.unlink(_nb)\n"
+                             f"_os.symlink({str(gradebook)!r}, _nb)", "flag"),
+        "fifo-trace": (f"{_OS}_t = _os.getcwd() + '/.tfmlib-grading-trace.jsonl'\n"
+                       "if _os.path.exists(_t):\n    _os.unlink(_t)\n_os.mkfifo(_t)", "flag"),
+        "audit-fd-close": (f"{_OS}_os.close(3)\n"      # the audit hook's channel, then a process
+                           f"_g().gi_frame.f_builtins['__import__']('subprocess').run(['cat', {str(solution)!r}])",
+                           "flag"),
         # obfuscation
         "exec-string": ("exec('check.assert_' + 'close = ' + " + repr(_NOOP) + ")", "flag"),
         "eval-chr": ("eval(''.join(map(chr, " + str([ord(ch) for ch in "print(1)"]) + ")))", "flag"),

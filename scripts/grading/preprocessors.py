@@ -34,7 +34,7 @@ from traitlets import Bool, Float, Integer, List, Unicode
 from kernelspec import KERNEL_NAME, write_kernelspec
 from scan import scan_cells
 
-from sandbox_kernel import AUDIT_MARK, TRACE_NAME, WATCH_ENV  # noqa: E402
+from sandbox_kernel import AUDIT_MARK, TRACE_NAME, WATCH_ENV, read_regular  # noqa: E402
 UNSAFE_ENV = "TFMLIB_GRADING_UNSAFE"
 NO_BWRAP = ("the grading sandbox needs bubblewrap, which is not installed on this machine. Install it "
             "(Debian/Ubuntu: sudo apt-get install bubblewrap; Fedora: sudo dnf install bubblewrap), or, only if "
@@ -194,7 +194,13 @@ class SandboxedExecute(Execute):
         (workdir / TRACE_NAME).unlink(missing_ok=True)      # only what this run records counts
         try:
             nb, resources = super().preprocess(nb, resources, km)
-            attempts = audit_reports(self._private / "run" / "audit.log")
+            attempts = audit_reports(self._private / "audit.log")
+            # The sandboxed kernel worked in a private copy of workdir ("work", see sandbox_kernel.py); the
+            # trace is read from there, as data, whatever the kernel left in its place (link, FIFO, ...).
+            kernel_dir = self._private / "work" if sandboxed else workdir
+            resources["tfmlib_trace"] = read_regular(kernel_dir / TRACE_NAME, TRACE_LIMIT)
+            if not sandboxed:
+                (workdir / TRACE_NAME).unlink(missing_ok=True)
         finally:
             shutil.rmtree(self._private, ignore_errors=True)
         record(self.report_directory, resources, "execution", self._stopped or "ok")
@@ -300,17 +306,18 @@ class StderrToStdout(NbGraderPreprocessor):
         return cell, resources
 
 
+TRACE_LIMIT = 256 * 1024 * 1024     # bytes of grading trace read back from the kernel's folder
+
+
 def audit_reports(log: Path, limit: int = 20) -> list[str]:
     """What the kernel's audit hook reported (files of the course, processes, sockets, databases)."""
-    if not log.exists():
-        return []
-    seen: list[str] = []
-    with open(log, "rb") as f:
-        for raw in f.read(4_000_000).decode(errors="replace").splitlines():
-            if raw.startswith(AUDIT_MARK):
-                what = "the answer's code tried to " + raw[len(AUDIT_MARK):].strip()[:300].replace("opened", "open", 1)
-                if what not in seen:
-                    seen.append(what)
+    data, problem = read_regular(log, 4_000_000)
+    seen: list[str] = [f"the audit log was tampered with: {problem}"] if problem else []
+    for raw in data.decode(errors="replace").splitlines():
+        if raw.startswith(AUDIT_MARK):
+            what = "the answer's code tried to " + raw[len(AUDIT_MARK):].strip()[:300].replace("opened", "open", 1)
+            if what not in seen:
+                seen.append(what)
     return seen[:limit] + ([f"... and {len(seen) - limit} more"] if len(seen) > limit else [])
 
 
@@ -337,7 +344,9 @@ class VerifyOutside(NbGraderPreprocessor):
         missing = [name for name in trusted if name not in order and not trusted[name][1]]
         cells = [(name, *trusted[name]) for name in missing + order]
         workdir = Path(resources.get("metadata", {}).get("path") or ".")
-        records, problems = trace.load(workdir / TRACE_NAME)
+        data, problem = resources.pop("tfmlib_trace", None) or read_regular(workdir / TRACE_NAME, TRACE_LIMIT)
+        records, problems = trace.loads(data)
+        problems = ([f"the grading trace was tampered with: {problem}"] if problem else []) + problems
         (workdir / TRACE_NAME).unlink(missing_ok=True)
         verdicts = replay(cells, records, problems)
         disagreements = []

@@ -4,8 +4,10 @@ Used as the ``argv`` of the ``tfmlib-sandbox`` kernel spec that the grading conf
 (see ``kernelspec.py``).  The kernel:
 
 - sees only the system's programs and libraries, the Python installation, the course library
-  ``tfmlib`` (read-only) and its own working folder (the student's ``autograded/<student>/<assignment>``,
-  the only place it can write), plus a private ``/tmp``;
+  ``tfmlib`` (read-only) and its own working folder, plus a private ``/tmp``.  The working folder is a
+  private *copy* of the student's ``autograded/<student>/<assignment>`` (``scratch_folder``), mounted at
+  that folder's path: nothing the kernel writes, links or replaces there is ever touched by the grader,
+  which keeps running as root after the kernel ends (it reads back only the trace, see ``read_regular``);
 - has no network (a new, empty network namespace), its own process and IPC namespaces, and no
   capabilities; when the grader runs as root it runs as an unprivileged uid of its own (``kernel_uid``);
 - runs under resource limits: address space, processes, CPU seconds, file size, open files.
@@ -35,8 +37,10 @@ WATCH_ENV, OWN_ENV, FD_ENV = "TFMLIB_AUDIT_WATCH", "TFMLIB_AUDIT_OWN", "TFMLIB_A
 AUDIT_LAUNCHER = """
 import os, platform, sys
 platform.uname().processor     # asked of 'uname' by debugpy at start-up: answered before the hook is on
-def _audit(event, args, _write=os.write, _fd=int(os.environ.pop(%(fd)r, '2')), _abspath=os.path.abspath,
-           _sep=os.sep, _mark=%(mark)r,
+_fd0 = int(os.environ.pop(%(fd)r, '2'))
+_st0 = os.fstat(_fd0)
+def _audit(event, args, _write=os.write, _fd=_fd0, _ident=(_st0.st_dev, _st0.st_ino), _fstat=os.fstat,
+           _exit=os._exit, _abspath=os.path.abspath, _sep=os.sep, _mark=%(mark)r,
            _watch=tuple(w for w in os.environ.pop(%(watch)r, '').split(os.pathsep) if w),
            _own=tuple(w for w in os.environ.pop(%(own)r, '').split(os.pathsep) if w)):
     try:
@@ -55,11 +59,17 @@ def _audit(event, args, _write=os.write, _fd=int(os.environ.pop(%(fd)r, '2')), _
             what = 'opened the SQLite database ' + str(args[0])[:200]
         else:
             return
+    except Exception:
+        return
+    try:    # the channel must still be the one the grader gave: closed or replaced, the kernel stops here
+        st = _fstat(_fd)
+        if (st.st_dev, st.st_ino) != _ident:
+            raise OSError
         _write(_fd, (_mark + what + chr(10)).encode())
     except Exception:
-        pass
+        _exit(86)
 sys.addaudithook(_audit)
-del _audit
+del _audit, _fd0, _st0
 import runpy
 sys.argv[0] = 'ipykernel_launcher'
 runpy.run_module('ipykernel_launcher', run_name='__main__', alter_sys=True)
@@ -137,7 +147,9 @@ def socket_dir(conn: dict) -> str:
     return folder
 
 
-def bwrap_command(connection_file: str, workdir: str, audit_fd: int = 2) -> list[str]:
+def bwrap_command(connection_file: str, workdir: str, audit_fd: int = 2, scratch: str | None = None) -> list[str]:
+    """The sandbox; ``scratch`` (a private copy of ``workdir``) is what the kernel sees and writes at
+    ``workdir``'s path (None: ``workdir`` itself)."""
     conn = json.loads(Path(connection_file).read_text())
     sockets = socket_dir(conn)
     env = {
@@ -161,7 +173,7 @@ def bwrap_command(connection_file: str, workdir: str, audit_fd: int = 2) -> list
     cmd += python_binds()
     cmd += parent_dirs(sockets) + ["--bind", sockets, sockets]
     cmd += parent_dirs(connection_file) + ["--ro-bind", connection_file, connection_file]
-    cmd += parent_dirs(workdir) + ["--bind", workdir, workdir, "--chdir", workdir]
+    cmd += parent_dirs(workdir) + ["--bind", scratch or workdir, workdir, "--chdir", workdir]
     if os.geteuid() == 0:   # never run learners' code as root
         cmd += ["/usr/bin/setpriv", f"--reuid={kernel_uid()}", f"--regid={kernel_uid()}", "--clear-groups",
                 "--inh-caps=-all", "--bounding-set=-all"]
@@ -173,12 +185,29 @@ def bwrap_command(connection_file: str, workdir: str, audit_fd: int = 2) -> list
     return cmd
 
 
-def hand_over(connection_file: str, workdir: str) -> None:
-    """As root, give the sandbox user the working folder, the socket folder and the connection file."""
+def scratch_folder(connection_file: str) -> Path:
+    """``work`` beside the socket folder, inside the grader's private folder (mode 0700, never bound into
+    the sandbox itself): where the kernel's copy of its working folder lives.  The grader reads the trace
+    from here (``SandboxedExecute``) and deletes it with the private folder."""
+    return Path(socket_dir(json.loads(Path(connection_file).read_text()))).parent / "work"
+
+
+def make_scratch(connection_file: str, workdir: str) -> str:
+    """A fresh copy of ``workdir`` (links copied as links, never followed) for the kernel to work in."""
+    scratch = scratch_folder(connection_file)
+    if scratch.is_symlink() or scratch.exists():
+        shutil.rmtree(scratch) if scratch.is_dir() and not scratch.is_symlink() else scratch.unlink()
+    shutil.copytree(workdir, scratch, symlinks=True)
+    os.chmod(scratch, 0o700)
+    return str(scratch)
+
+
+def hand_over(connection_file: str, scratch: str) -> None:
+    """As root, give the sandbox user its working copy, the socket folder and the connection file."""
     if os.geteuid() != 0:
         return
     sockets = Path(socket_dir(json.loads(Path(connection_file).read_text())))
-    for p in [sockets, Path(workdir), *Path(workdir).rglob("*")]:
+    for p in [sockets, Path(scratch), *Path(scratch).rglob("*")]:
         os.chown(p, kernel_uid(), kernel_uid(), follow_symlinks=False)
     os.chown(connection_file, kernel_uid(), kernel_uid())
 
@@ -193,6 +222,38 @@ def unsandboxed(connection_file: str, workdir: str) -> None:
                                "--HistoryManager.hist_file=:memory:"], env)
 
 
+def read_regular(path, limit: int) -> tuple[bytes, str]:
+    """``(content, problem)`` of a file the kernel could have written: opened without following a link and
+    without blocking (a FIFO), read only if it is a regular file, at most ``limit`` bytes.  A missing file
+    is ``(b"", "")``; anything else odd is ``(b"", why)``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return b"", ""
+    except OSError as err:
+        return b"", f"{os.path.basename(path)} could not be opened safely ({err.strerror}; a link?)"
+    try:
+        import stat
+
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return b"", f"{os.path.basename(path)} is not a regular file"
+        if st.st_size > limit:
+            return b"", f"{os.path.basename(path)} is larger than {limit} bytes"
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            return b"", f"{os.path.basename(path)} is larger than {limit} bytes"
+        return b"".join(chunks), ""
+    finally:
+        os.close(fd)
+
+
 def own_folders(workdir: str) -> str:
     """Folders the kernel may open without a report: its own, the Python installation and tfmlib."""
     import tfmlib
@@ -202,21 +263,26 @@ def own_folders(workdir: str) -> str:
     return os.pathsep.join(paths)
 
 
+def log_folder(connection_file: str) -> str:
+    """The grader's private folder above the socket folder: the kernel can write to the logs it inherits
+    open, but cannot replace them (the socket folder is handed to the kernel's user; this one is not)."""
+    return os.path.dirname(socket_dir(json.loads(Path(connection_file).read_text())))
+
+
 def open_audit_log(connection_file: str) -> int:
-    """audit.log beside the sockets, opened for the kernel to inherit; returns its descriptor."""
-    folder = socket_dir(json.loads(Path(connection_file).read_text()))
-    fd = os.open(os.path.join(folder, "audit.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    """audit.log in ``log_folder``, opened for the kernel to inherit; returns its descriptor."""
+    fd = os.open(os.path.join(log_folder(connection_file), "audit.log"),
+                 os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     os.set_inheritable(fd, True)
     return fd
 
 
 def log_to_socket_dir(connection_file: str) -> None:
-    """The kernel's own console output (and the audit hook's reports) go to kernel.log beside its sockets,
-    which the grader reads; not to the grader's terminal."""
+    """The kernel's own console output goes to kernel.log in ``log_folder``; not to the grader's terminal."""
     if os.environ.get("GRADER_DEBUG"):
         return
-    log = os.open(os.path.join(socket_dir(json.loads(Path(connection_file).read_text())), "kernel.log"),
-                  os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    log = os.open(os.path.join(log_folder(connection_file), "kernel.log"),
+                  os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)
 
@@ -229,8 +295,9 @@ def main(argv: list[str]) -> None:
     if shutil.which("bwrap") is None:
         raise SystemExit("tfmlib-sandbox: bubblewrap is not installed (Debian: apt-get install bubblewrap)")
     connection_file, workdir = os.path.abspath(argv[1]), os.getcwd()
-    hand_over(connection_file, workdir)
-    cmd = bwrap_command(connection_file, workdir, open_audit_log(connection_file))
+    scratch = make_scratch(connection_file, workdir)
+    hand_over(connection_file, scratch)
+    cmd = bwrap_command(connection_file, workdir, open_audit_log(connection_file), scratch)
     if os.environ.get("GRADER_DEBUG"):
         print(" ".join(cmd), file=sys.stderr)
     log_to_socket_dir(connection_file)

@@ -63,10 +63,51 @@ DANGEROUS_ATTRIBUTES = {
     "testing", "distutils", "core", "show_config", "modules", "builtins", "globals", "system", "popen",
 }
 DANGEROUS_PREFIXES = ("register_", "set_default", "_")
+# Frames, code objects and tracebacks: they reach the notebook's globals and built-ins without a dunder.
+FRAME_ATTRIBUTES = {
+    "gi_frame", "gi_code", "gi_yieldfrom", "gi_suspended", "cr_frame", "cr_code", "cr_await", "cr_origin",
+    "ag_frame", "ag_code", "ag_await", "f_globals", "f_locals", "f_builtins", "f_back", "f_code", "f_lasti",
+    "f_trace", "f_lineno", "tb_frame", "tb_next", "tb_lasti", "tb_lineno", "func_globals", "func_code",
+}
+
+
+def _public_attributes(*objects) -> set[str]:
+    return {a for obj in objects for a in dir(obj) if not a.startswith("_")}
+
+
+def _allowed_attributes() -> set[str]:
+    """Attribute names an answer may use on values that are not modules: the public attributes of the types
+    the exercises work with (tensors, PyTorch modules and their small helper types, NumPy arrays, Python's
+    numbers, strings and containers).  Anything else on a value (a generator's frame, a function's code …)
+    is flagged; the answer's own attributes are added per notebook (``_Context.own_attributes``)."""
+    import collections
+    import dataclasses
+    import functools
+
+    import numpy
+    import torch
+
+    nn = torch.nn
+    values = [torch.Tensor, torch.randn(1), nn.Parameter(torch.zeros(1)), torch.Size([1]), torch.float32,
+              torch.finfo(torch.float32), torch.iinfo(torch.int64), torch.device("cpu"), torch.Generator(),
+              torch.zeros(2).max(0), nn.Module(), nn.Linear(1, 1), nn.Embedding(1, 1), nn.Dropout(),
+              nn.ModuleList(), nn.ModuleDict(), nn.ParameterList(), nn.Sequential(), nn.ReLU(), nn.GELU(),
+              nn.Softmax(dim=-1), torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1),
+              numpy.ndarray, numpy.zeros(1), numpy.float64(1.0), numpy.dtype("float64"),
+              int, float, complex, bool, str, bytes, list, tuple, dict, set, frozenset, range(1), slice(1),
+              Exception("x"), property(), functools.partial(print), collections.OrderedDict(),
+              collections.defaultdict(list), collections.Counter(), collections.deque(),
+              collections.namedtuple("T", "a b")(1, 2)]
+    fields = dataclasses.fields(dataclasses.make_dataclass("D", ["a"]))
+    return (_public_attributes(*values) | _public_attributes(*fields)) - FRAME_ATTRIBUTES - DANGEROUS_ATTRIBUTES
+
+
+ALLOWED_ATTRIBUTES = _allowed_attributes()
 ALLOWED_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module", "torch.autograd.Function",
                  "torch.autograd.function.Function"}
 ALLOWED_DUNDER_DEFS = {"__init__", "__call__", "__repr__"}
 _FORMAT_FIELD = re.compile(r"\{[^{}]*[.\[]\s*_")
+_DUNDER_STRING = re.compile(r"__\w+__")
 
 
 @dataclass(frozen=True)
@@ -383,6 +424,8 @@ class _Checker(ast.NodeVisitor):
     # names ---------------------------------------------------------------------------------------------
     def visit_Name(self, node):
         name = node.id
+        if name == "__name__" and isinstance(node.ctx, ast.Load):
+            return      # the notebook's name ("__main__"), for an `if __name__ == "__main__":` demo
         if name.startswith("__") and name.endswith("__"):
             self.flag(node, f"uses the dunder name '{name}' (reflection is not allowed in answers)")
             return
@@ -461,6 +504,13 @@ class _Checker(ast.NodeVisitor):
         shown = path or attr
         if attr.startswith("__") and not (attr == "__init__" and self._is_super_init(node)):
             self.flag(node, f"uses '{attr}' (dunder attributes are reflection, not allowed in answers)")
+        elif attr in FRAME_ATTRIBUTES:
+            self.flag(node, f"uses '{attr}' (frames, code objects and tracebacks are reflection, not allowed "
+                            f"in answers)")
+        elif not module_root and attr not in ALLOWED_ATTRIBUTES and attr not in self.ctx.own_attributes \
+                and attr != "__init__":
+            self.flag(node, f"uses the attribute '{attr}', which is not one of a tensor, a PyTorch module, an "
+                            f"array, a number, a string or a container, nor one the answer defines")
         elif attr in FORBIDDEN_ATTRIBUTES:
             self.flag(node, f"uses '{shown}', a library implementation of what the exercise asks for")
         elif attr in DANGEROUS_ATTRIBUTES or any(attr.startswith(p) for p in DANGEROUS_PREFIXES[:2]):
@@ -503,6 +553,8 @@ class _Checker(ast.NodeVisitor):
     def visit_Constant(self, node):
         if isinstance(node.value, str) and _FORMAT_FIELD.search(node.value):
             self.flag(node, "a format string reaches into an attribute or item starting with '_' (reflection)")
+        elif isinstance(node.value, str) and _DUNDER_STRING.fullmatch(node.value) and node.value != "__main__":
+            self.flag(node, f"uses the string '{node.value}', the name of a dunder (reflection by name)")
 
 
 class _Context:
@@ -515,6 +567,36 @@ class _Context:
         # functions, classes and imports of the test cells (their plain variables are reassigned before use).
         self.protected = dict(self.setup)
         self.protected.update({k: v for k, v in self.tests.items() if v != "value"})
+        self.own_attributes: set[str] = set()     # attributes the answer or the notebook's cells define or use
+
+
+def own_attributes(trees) -> set[str]:
+    """Attribute names the given code defines: ``self.x = …``, and the names a class body binds (methods,
+    class attributes, dataclass fields).  Dunders and frame attributes never count."""
+    names = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                        names.add(item.name)
+                    elif isinstance(item, (ast.Assign, ast.AnnAssign)):
+                        targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+                        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return {n for n in names if not n.startswith("__") and n not in FRAME_ATTRIBUTES}
+
+
+def _used_attributes(sources: list[str]) -> set[str]:
+    """Attribute names the notebook's read-only cells use on their values (what they hand the answers)."""
+    names = set()
+    for src in sources:
+        try:
+            names |= {n.attr for n in ast.walk(parse(src)) if isinstance(n, ast.Attribute)}
+        except (SyntaxError, ValueError):
+            continue
+    return {n for n in names if not n.startswith("_") and n not in FRAME_ATTRIBUTES and n not in DANGEROUS_ATTRIBUTES}
 
 
 def _names_of(sources: list[str]) -> dict[str, str]:
@@ -547,6 +629,7 @@ def scan_cells(learner: dict[int, str], setup: list[str], tests: list[str], grad
         for name, what in bound_names(tree).items():
             learner_top.setdefault(name, what)
     ctx = _Context(_names_of(setup), _names_of(tests), learner_top, set(graded_names))
+    ctx.own_attributes = own_attributes(trees.values()) | _used_attributes(setup + tests)
     for index, tree in trees.items():
         checker = _Checker(index, ctx)
         checker.run(tree)
