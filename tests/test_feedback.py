@@ -1,6 +1,8 @@
 """Feedback that names the mistake (issue 11): every mistake of tfmlib/feedback.py's catalogue is written into the
 learner's notebook as a wrong answer, the notebook's test cells run (visible and hidden, as in solutions/), and the
-first failing test must name that mistake: its one-sentence diagnosis and the line of the formula involved.
+first failure that names a mistake must name that one, with its one-sentence diagnosis and the line of the formula
+involved (a failure before it may name nothing: two mistakes can give the same result on a visible check's inputs).
+A tester's own wrong answers (FINDINGS) are diagnosed as the mistake they have, or not at all, never as another.
 
 Also: the solutions pass; a wrong answer the catalogue does not know gets the plain numbers and no guessed cause;
 a diagnosis never needs the learner's function (it only reads the recorded result); and in a real IPython kernel
@@ -236,6 +238,28 @@ WRONG = {
     ("global_mask", "intersection_only"): [sub("    mask[idx, :] = True\n    mask[:, idx] = True\n",
                                                "    mask[idx[:, None], idx[None, :]] = True\n")],
     ("compute_optimal", "D_without_6"): [sub("D = C / (6 * N)", "D = C / N")],
+
+    # the tester's findings (tests/test_feedback.py: FINDINGS below)
+    ("attention_step", "masked_scores_zero"): [body("attention_step", STEP_SIMPLE.format(fill="~mask", value="0.0"))],
+    ("scaled_dot_product_attention", "scaled_by_d_v"): [sub("d_k = q.shape[-1]", "d_k = v.shape[-1]")],
+    ("scaled_dot_product_attention", "multiplied_by_sqrt_d_k"): [sub("/ math.sqrt(d_k)", "* math.sqrt(d_k)")],
+    ("causal_mask", "one_future_key"): [sub("dtype=torch.bool).tril()", "dtype=torch.bool).tril(1)")],
+    ("multi_head_attention", "scaled_by_d_h"): [sub("/ math.sqrt(q.shape[-1])", "/ q.shape[-1]")],
+    ("multi_head_attention", "scaled_by_sqrt_n_heads"): [sub("/ math.sqrt(q.shape[-1])", "/ math.sqrt(n_heads)")],
+    ("multi_head_attention", "mask_after_softmax"): [sub('        scores = scores.masked_fill(~mask, float("-inf"))\n    weights = torch.softmax(scores, dim=-1)\n',
+                                                         '        pass\n    weights = torch.softmax(scores, dim=-1)\n    if mask is not None:\n        weights = weights * mask\n')],
+    ("padding_mask", "one_too_few"): [sub("< lengths[:, None]", "< lengths[:, None] - 1")],
+    ("decoder_mask", "causal_upper_triangle"): [sub("dtype=torch.bool).tril()", "dtype=torch.bool).triu()")],
+    ("layer_norm", "no_beta"): [sub("return gamma * (x - mean) / torch.sqrt(var + eps) + beta",
+                                    "return gamma * (x - mean) / torch.sqrt(var + eps)")],
+    ("layer_norm", "no_gamma"): [sub("return gamma * (x - mean) / torch.sqrt(var + eps) + beta",
+                                     "return (x - mean) / torch.sqrt(var + eps) + beta")],
+    ("sliding_window_mask", "half_width"): [sub("<= window", "<= window // 2")],
+    ("sliding_window_mask", "one_too_wide"): [sub("<= window", "<= window + 1")],
+    ("blockwise_attention", "correction_inverted"): [sub("correction = torch.exp(m - m_new)",
+                                                         "correction = torch.exp(m_new - m).nan_to_num(posinf=0.0)")],
+    ("chinchilla_loss", "A_B_swapped"): [sub('p["A"] / N ** p["alpha"] + p["B"] / D ** p["beta"]',
+                                             'p["B"] / N ** p["alpha"] + p["A"] / D ** p["beta"]')],
 }
 
 ALL_MISTAKES = [(f, m.name) for f, ms in feedback.CATALOGUE.items() for m in ms]
@@ -245,6 +269,7 @@ def run_cells(nb):
     """Run a notebook's code cells in order in one namespace; the (grade_id, exception) of each failing test cell."""
     ns = {"__name__": "__main__"}
     failures = []
+    feedback.reset_history()            # a new notebook: the earlier calls of another one do not count
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
@@ -269,15 +294,53 @@ def test_every_catalogued_mistake_has_a_wrong_answer_here():
     assert set(ASSIGNMENT) == set(feedback.CATALOGUE)
 
 
+# Mistakes that no test cell can name: the only cell that tests the function stops at its visible check, where
+# another catalogued mistake returns exactly the same result (the diagnosis must not guess between the two), so the
+# hidden checks after it never run.  (function, mistake) -> (that other mistake, the visible check's inputs, inputs
+# of a hidden check on which the diagnosis does name it).
+_LN_VISIBLE = dict(x=check.torch.tensor([[1.0, 2.0, 3.0], [2.0, 2.0, 2.0]]), gamma=check.torch.tensor([1.0, 2.0, 1.0]),
+                   beta=check.torch.tensor([0.0, 0.0, 1.0]))
+_LN_HIDDEN = dict(x=check.torch.linspace(-2, 3, 15, dtype=check.torch.float64).reshape(3, 5) ** 2,
+                  gamma=check.torch.linspace(0.5, 2, 5, dtype=check.torch.float64),
+                  beta=check.torch.linspace(-1, 1, 5, dtype=check.torch.float64))
+SILENT = {
+    ("sliding_window_mask", "strict"): ("half_width", dict(n=4, window=1), dict(n=9, window=3)),
+    ("sliding_window_mask", "half_width"): ("strict", dict(n=4, window=1), dict(n=9, window=3)),
+    ("sliding_window_mask", "window_doubled"): ("one_too_wide", dict(n=4, window=1), dict(n=9, window=3)),
+    ("sliding_window_mask", "one_too_wide"): ("window_doubled", dict(n=4, window=1), dict(n=9, window=3)),
+    ("layer_norm", "no_beta"): ("no_gamma_beta", _LN_VISIBLE, _LN_HIDDEN),
+    ("layer_norm", "no_gamma_beta"): ("no_beta", _LN_VISIBLE, _LN_HIDDEN),
+}
+
+
+def _named(failures):
+    """The (cell, mistake) of each failure that names a mistake, in order."""
+    return [(cell, getattr(error, "mistake", None)) for cell, error in failures if getattr(error, "mistake", None)]
+
+
 @pytest.mark.parametrize("function,name", ALL_MISTAKES, ids=[f"{f}-{n}" for f, n in ALL_MISTAKES])
 def test_first_failing_test_names_the_mistake(function, name):
+    """The first failure that names any mistake names this one, and one does (a visible check may name nothing
+    where two catalogued mistakes return the same result on its inputs; SILENT: where no check can name it)."""
     (mistake,) = [m for m in feedback.CATALOGUE[function] if m.name == name]
-    cell, error = first_failure(function, WRONG[(function, name)])
-    text = str(error)
-    assert isinstance(error, check.CheckFailure), f"{cell}: {type(error).__name__}: {text}"
-    assert getattr(error, "mistake", None) == name, f"{cell} does not name {name}:\n{text}"
-    first, line = text.splitlines()[:2]
-    assert mistake.sentence in first and mistake.line in line, text
+    failures = run_cells(make_submission(ASSIGNMENT[function], WRONG[(function, name)]))
+    assert failures, f"the wrong answer passes every test of {ASSIGNMENT[function]}"
+    cell, error = failures[0]
+    assert isinstance(error, check.CheckFailure), f"{cell}: {type(error).__name__}: {error}"
+    named = _named(failures)
+    assert not named or named[0][1] == name, f"{named[0][0]} names {named[0][1]} before {name}: {named}"
+    if (function, name) in SILENT:
+        other, visible, hidden = SILENT[(function, name)]
+        assert named == [], named
+        (twin,) = [m for m in feedback.CATALOGUE[function] if m.name == other]
+        assert feedback._same(feedback._variants(mistake, visible), feedback._variants(twin, visible))
+        feedback.reset_history()
+        assert feedback.diagnose(function, feedback._variants(mistake, hidden)[0], **hidden) is mistake
+        return
+    assert named, f"no failure names {name}:\n" + "\n".join(f"{c}: {e}" for c, e in failures)
+    (error,) = [e for c, e in failures if getattr(e, "mistake", None) == name][:1]
+    first, line = str(error).splitlines()[:2]
+    assert mistake.sentence in first and mistake.line in line, str(error)
 
 
 @pytest.mark.parametrize("assignment", sorted(set(ASSIGNMENT.values())))
@@ -294,6 +357,7 @@ def test_an_unknown_mistake_gets_the_numbers_and_no_guessed_cause():
 
 def test_diagnosis_reads_only_the_recorded_result():
     """The grader replays check.call's results: a diagnosis must work with no learner function anywhere."""
+    feedback.reset_history()
     q = check.ref.randn(2, 3, 4, dtype=check.torch.float64)
     k = check.ref.randn(2, 5, 4, dtype=check.torch.float64)
     v = check.ref.randn(2, 5, 2, dtype=check.torch.float64)
@@ -332,6 +396,210 @@ def test_traceback_in_the_kernel_shows_the_test_line_not_tfmlib(tmp_path):
     assert error.ename == "CheckFailure" and "√d_k" in error.evalue
     assert "checking.py" not in tb and "feedback.py" not in tb, tb
     assert "fb.assert_close" in re.sub(r"\x1b\[[0-9;]*m", "", tb)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A tester's wrong answers (their own code): a failure names the mistake the answer has, or nothing
+# ---------------------------------------------------------------------------------------------------------
+def own(source):
+    """A body() edit from a whole wrong function as a learner wrote it."""
+    _def_line, code = source.strip("\n").split("\n", 1)
+    return code
+
+
+# id -> (function, the answer cell's grade_id, the learner's function, the mistake it has (None: not catalogued),
+#        a phrase its message must not contain: the cause an earlier sentence wrongly gave)
+FINDINGS = {
+    "M1-mha-divides-by-d_h": ("multi_head_attention", "multi_head_attention", '''
+def multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, mask=None):
+    q = split_heads(x @ W_q, n_heads)
+    k = split_heads(x @ W_k, n_heads)
+    v = split_heads(x @ W_v, n_heads)
+    scores = q @ k.transpose(-2, -1) / q.shape[-1]
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(scores, dim=-1)
+    return merge_heads(w @ v) @ W_o
+''', 'scaled_by_d_h', None),
+    "M2-layer-norm-no-beta": ("layer_norm", "layer_norm", '''
+def layer_norm(x, gamma, beta, eps=1e-5):
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return gamma * (x - mean) / torch.sqrt(var + eps)
+''', 'no_beta', None),
+    "M3-decoder-mask-pads-queries-and-keys": ("decoder_mask", "decoder_mask", '''
+def decoder_mask(lengths, max_len):
+    causal = torch.ones(max_len, max_len, dtype=torch.bool).tril()
+    p = padding_mask(lengths, max_len)
+    return (p[:, None, :, None] & p[:, None, None, :]) & causal
+''', 'padding_on_queries', 'instead of key columns'),
+    "M4-sliding-window-half-width": ("sliding_window_mask", "sliding_window", '''
+def sliding_window_mask(n, window):
+    p = torch.arange(n)
+    return (p[:, None] - p[None, :]).abs() <= window // 2
+''', 'half_width', None),
+    "M5-sliding-window-plus-one": ("sliding_window_mask", "sliding_window", '''
+def sliding_window_mask(n, window):
+    p = torch.arange(n)
+    return (p[:, None] - p[None, :]).abs() <= window + 1
+''', 'one_too_wide', None),
+    "M6-sdpa-full-row-finite-scores-not-zeroed": ("scaled_dot_product_attention", "sdpa", '''
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = scores.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    w = torch.softmax(scores, -1)
+    return w @ v, w
+''', 'masked_row_uniform', '-1e9'),
+    "M6-step-full-row-finite-scores-not-zeroed": ("attention_step", "attention_step", '''
+def attention_step(query, keys, values, mask=None):
+    scores = (keys @ query[:, :, None])[..., 0]
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = scores.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    w = torch.softmax(scores, -1)
+    return (w[..., None] * values).sum(1), w
+''', 'masked_row_uniform', '-1e9'),
+    "M7-sdpa-renormalised-after-softmax": ("scaled_dot_product_attention", "sdpa", '''
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    w = torch.softmax(scores, -1)
+    if mask is not None:
+        w = w * mask
+        w = w / w.sum(-1, keepdim=True)
+    return w @ v, w
+''', 'masked_row_nan', '-inf'),
+    "M7-step-renormalised-after-softmax": ("attention_step", "attention_step", '''
+def attention_step(query, keys, values, mask=None):
+    scores = (keys @ query.unsqueeze(-1)).squeeze(-1)
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights * mask
+        weights = weights / weights.sum(-1, keepdim=True)
+    context = (weights.unsqueeze(-1) * values).sum(dim=1)
+    return context, weights
+''', 'masked_row_nan', '-inf'),
+    "M8-sdpa-divides-by-sqrt-d_v": ("scaled_dot_product_attention", "sdpa", '''
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(v.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    weights = torch.nan_to_num(weights)
+    return weights @ v, weights
+''', 'scaled_by_d_v', None),
+    "causal-tril-plus-1": ("causal_mask", "causal", '''
+def causal_mask(n):
+    return torch.ones(n, n, dtype=torch.bool).tril(1)
+''', 'one_future_key', None),
+    "sdpa-multiplies-by-sqrt-d_k": ("scaled_dot_product_attention", "sdpa", '''
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) * math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    weights = torch.nan_to_num(weights)
+    return weights @ v, weights
+''', 'multiplied_by_sqrt_d_k', None),
+    "decoder-mask-causal-triu": ("decoder_mask", "decoder_mask", '''
+def decoder_mask(lengths, max_len):
+    causal = torch.ones(max_len, max_len, dtype=torch.bool).triu()
+    return padding_mask(lengths, max_len)[:, None, None, :] & causal
+''', 'causal_upper_triangle', None),
+    "mha-mask-after-softmax": ("multi_head_attention", "multi_head_attention", '''
+def multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, mask=None):
+    q, k, v = (split_heads(x @ W, n_heads) for W in (W_q, W_k, W_v))
+    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)
+    if mask is not None:
+        w = w * mask
+    return merge_heads(w @ v) @ W_o
+''', 'mask_after_softmax', None),
+    "step-masked-scores-0": ("attention_step", "attention_step", '''
+def attention_step(query, keys, values, mask=None):
+    scores = (keys @ query.unsqueeze(-1)).squeeze(-1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, 0.0)
+    weights = torch.softmax(scores, dim=-1)
+    context = (weights.unsqueeze(-1) * values).sum(dim=1)
+    return context, weights
+''', 'masked_scores_zero', '-1e9'),
+    "padding-mask-length-minus-1": ("padding_mask", "padding_mask", '''
+def padding_mask(lengths, max_len):
+    return torch.arange(max_len)[None, :] < (lengths[:, None] - 1)
+''', 'one_too_few', None),
+    "chinchilla-A-B-swapped": ("chinchilla_loss", "chinchilla_loss", '''
+def chinchilla_loss(N, D, params=None):
+    p = NOTES_PARAMS if params is None else params
+    return p["E"] + p["B"] / N ** p["alpha"] + p["A"] / D ** p["beta"]
+''', 'A_B_swapped', None),
+    "blockwise-correction-inverted": ("blockwise_attention", "blockwise", '''
+def blockwise_attention(q, k, v, block_size):
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    m = torch.full((*q.shape[:-1], 1), float("-inf"))
+    l = torch.zeros((*q.shape[:-1], 1))
+    acc = torch.zeros((*q.shape[:-1], v.shape[-1]))
+    for s0 in range(0, k.shape[-2], block_size):
+        kb, vb = k[..., s0:s0 + block_size, :], v[..., s0:s0 + block_size, :]
+        s = q @ kb.transpose(-2, -1) * scale
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        p = torch.exp(s - m_new)
+        corr = torch.exp(m_new - m).nan_to_num(0.0, posinf=0.0)
+        l = l * corr + p.sum(-1, keepdim=True)
+        acc = acc * corr + p @ vb
+        m = m_new
+    return acc / l
+''', 'correction_inverted', None),
+    "sdpa-mask-on-queries": ("scaled_dot_product_attention", "sdpa", '''
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask.transpose(-2, -1), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    weights = torch.nan_to_num(weights)
+    return weights @ v, weights
+''', None, None),
+    "blockwise-misses-last-block": ("blockwise_attention", "blockwise", '''
+def blockwise_attention(q, k, v, block_size):
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    m = torch.full((*q.shape[:-1], 1), float("-inf"))
+    l = torch.zeros((*q.shape[:-1], 1))
+    acc = torch.zeros((*q.shape[:-1], v.shape[-1]))
+    for s0 in range(0, k.shape[-2] - block_size, block_size):
+        kb, vb = k[..., s0:s0 + block_size, :], v[..., s0:s0 + block_size, :]
+        s = q @ kb.transpose(-2, -1) * scale
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        p = torch.exp(s - m_new)
+        corr = torch.exp(m - m_new)
+        l = l * corr + p.sum(-1, keepdim=True)
+        acc = acc * corr + p @ vb
+        m = m_new
+    return acc / l
+''', None, None),
+    "blockwise-no-max-subtraction": ("blockwise_attention", "blockwise", '''
+def blockwise_attention(q, k, v, block_size):
+    num = 0
+    den = 0
+    for s0 in range(0, k.shape[-2], block_size):
+        e = torch.exp(q @ k[..., s0:s0 + block_size, :].transpose(-2, -1) / math.sqrt(q.shape[-1]))
+        num = num + e @ v[..., s0:s0 + block_size, :]
+        den = den + e.sum(-1, keepdim=True)
+    return num / den
+''', None, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FINDINGS))
+def test_no_diagnosis_names_a_cause_the_answer_does_not_have(case):
+    function, grade_id, code, expected, wrong_cause = FINDINGS[case]
+    failures = run_cells(make_submission(ASSIGNMENT[function], [body(grade_id, own(code))]))
+    assert failures, f"{case} passes every test"
+    named = _named(failures)
+    assert all(m == expected for _c, m in named), f"{case} is diagnosed as {named}, it is {expected}"
+    if expected is not None and (function, expected) not in SILENT:
+        assert named, f"no failure names {expected}:\n" + "\n".join(f"{c}: {e}" for c, e in failures)
+    if wrong_cause:
+        assert not any(wrong_cause in str(e).splitlines()[0] for _c, e in failures), failures
 
 
 # ---------------------------------------------------------------------------------------------------------

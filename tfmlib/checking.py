@@ -111,11 +111,18 @@ def _no_modes(name):
                     "Remove any TorchFunctionMode / TorchDispatchMode your code enters.")
 
 
-def _preview(t, n=6):
-    """The first n values of a tensor, as a short string."""
+def _preview(t, n=6, around=None):
+    """n values of a tensor (flattened), as a short string: the first n, or with ``around`` (a flat index) a window
+    that starts two values before it, marked "…," / ", …" where values before / after it are left out."""
     flat = _tolist(_reshape(_detach(t), (-1,)))
-    vals = ", ".join(f"{v:.4g}" if _isinstance(v, _float) else str(v) for v in flat[:n])
-    return "[" + vals + (", ...]" if _len(flat) > n else "]")
+    fmt = lambda v: f"{v:.4g}" if _isinstance(v, _float) else str(v)  # noqa: E731
+    if around is None:
+        return "[" + ", ".join(fmt(v) for v in flat[:n]) + (", ...]" if _len(flat) > n else "]")
+    start = _max(0, around - 2)
+    start = start if start + n <= _len(flat) else _max(0, _len(flat) - n)
+    end = start + n if start + n < _len(flat) else _len(flat)
+    return ("[" + ("…, " if start > 0 else "") + ", ".join(fmt(v) for v in flat[start:end])
+            + (", …]" if end < _len(flat) else "]"))
 
 
 def assert_tensor(name, got, shape=None, dtype=None, hint=None):
@@ -158,7 +165,8 @@ def assert_close(name, got, expected, atol=None, rtol=None, hint=None):
             rest //= size
         g_w, e_w = _tolist(_reshape(g, (-1,)))[worst], _tolist(_reshape(e, (-1,)))[worst]
         _fail(name, f"values differ (largest difference at index {_tuple(reversed(index))}: "
-                    f"expected {e_w!r}, got {g_w!r}).\n  expected {_preview(e)}\n  got      {_preview(g)}", hint)
+                    f"expected {e_w!r}, got {g_w!r}).\n  expected {_preview(e, around=worst)}\n"
+                    f"  got      {_preview(g, around=worst)}", hint)
 
 
 def assert_equal(name, got, expected, hint=None):

@@ -84,6 +84,8 @@ def _attention(q, k, v, mask=None, *, scale="sqrt", dim=-1, mask_mode="before", 
         scores = scores / math.sqrt(d)
     elif scale == "d":
         scores = scores / d
+    elif scale == "times_sqrt":
+        scores = scores * math.sqrt(d)
     elif _type(scale) in (int, float):
         scores = scores / math.sqrt(scale)
     m = None if mask is None else (~mask if invert else mask)
@@ -251,20 +253,30 @@ def _(query, keys, values, mask=None):
     return Alternatives() if mask is None else _step(query, keys, values, mask, mask_mode="after")
 
 
-@_mistake("attention_step", "masked_row_nan", "A row with no allowed position gives NaN: the softmax of a row that is "
-          "all -inf is 0/0.", "a row with no allowed key: finite scores, then weights = 0")
+@_mistake("attention_step", "masked_row_nan", "A row with no allowed position gets NaN weights instead of zero "
+          "weights.", "a row with no allowed key: finite scores, then weights = 0")
 def _(query, keys, values, mask=None):
     if mask is None or bool(mask.any(dim=-1).all()):
         return Alternatives()
     return _step(query, keys, values, mask, full_rows="nan")
 
 
-@_mistake("attention_step", "masked_row_uniform", "A row with no allowed position gets equal weights (a large "
-          "negative fill such as -1e9) instead of zero weights.", "a row with no allowed key: weights = 0, context = 0")
+@_mistake("attention_step", "masked_row_uniform", "A row with no allowed position gets equal weights on every "
+          "position instead of zero weights.", "a row with no allowed key: weights = 0, context = 0")
 def _(query, keys, values, mask=None):
     if mask is None or bool(mask.any(dim=-1).all()):
         return Alternatives()
     return _step(query, keys, values, mask, full_rows="-1e9")
+
+
+@_mistake("attention_step", "masked_scores_zero", "Your masked positions get the score 0, so they still get weight "
+          "after the softmax; their scores must be -inf.", "scores = scores.masked_fill(~mask, -inf)   (before the softmax)")
+def _(query, keys, values, mask=None):
+    if mask is None:
+        return Alternatives()
+    scores = (keys @ query[:, :, None])[..., 0].masked_fill(~mask, 0.0)
+    w = _softmax(scores, dim=-1)
+    return (w[..., None] * values).sum(1), w
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -310,8 +322,8 @@ def _(q, k, v, mask=None):
     return Alternatives() if mask is None else _attention(q, k, v, mask, mask_mode="after")
 
 
-@_mistake("scaled_dot_product_attention", "masked_row_nan", "A query with no allowed key gives NaN: the softmax of "
-          "a row that is all -inf is 0/0.", FULL_ROW_LINE)
+@_mistake("scaled_dot_product_attention", "masked_row_nan", "A query with no allowed key gets NaN weights instead "
+          "of zero weights.", FULL_ROW_LINE)
 def _(q, k, v, mask=None):
     if mask is None or bool(mask.any(dim=-1).all()):
         return Alternatives()
@@ -319,11 +331,23 @@ def _(q, k, v, mask=None):
 
 
 @_mistake("scaled_dot_product_attention", "masked_row_uniform", "A query with no allowed key gets equal weights on "
-          "every key (a large negative fill such as -1e9) instead of zero weights.", FULL_ROW_LINE)
+          "every key instead of zero weights.", FULL_ROW_LINE)
 def _(q, k, v, mask=None):
     if mask is None or bool(mask.any(dim=-1).all()):
         return Alternatives()
     return _attention(q, k, v, mask, full_rows="-1e9")
+
+
+@_mistake("scaled_dot_product_attention", "scaled_by_d_v", "Your scores are divided by √d_v (the size of the values, "
+          "v.shape[-1]) instead of √d_k (the size of the queries and keys, q.shape[-1]).", SDPA_LINE)
+def _(q, k, v, mask=None):
+    return _attention_variants(q, k, v, mask, scale=v.shape[-1])
+
+
+@_mistake("scaled_dot_product_attention", "multiplied_by_sqrt_d_k", "Your scores are multiplied by √d_k instead of "
+          "divided by it.", SDPA_LINE)
+def _(q, k, v, mask=None):
+    return _attention_variants(q, k, v, mask, scale="times_sqrt")
 
 
 CAUSAL_LINE = "mask[i, j] = True where j <= i (the diagonal included)"
@@ -344,6 +368,12 @@ def _(n):
           "lower one (j <= i, the past).", CAUSAL_LINE)
 def _(n):
     return Alternatives([_tri(n, True, 0), _tri(n, True, 1)])
+
+
+@_mistake("causal_mask", "one_future_key", "Your mask also lets each token attend to the next one (j <= i + 1); "
+          "it must stop at the token itself (j <= i).", CAUSAL_LINE)
+def _(n):
+    return _tri(n, False, 1)
 
 
 @_mistake("causal_mask", "not_bool", "Your mask holds numbers, not booleans (dtype torch.bool).", CAUSAL_LINE)
@@ -453,10 +483,10 @@ MHA_OUT_LINE = "out = merge_heads(weights @ v) @ W_o"
 
 
 def _mha(x, W_q, W_k, W_v, W_o, n_heads, mask=None, *, scale="sqrt", split="right", merge="right", out_proj=True,
-         transpose_w=False, dim=-1, invert=False, full_rows="nan"):
+         transpose_w=False, dim=-1, invert=False, full_rows="nan", mask_mode="before"):
     tw = (lambda w: w.T) if transpose_w else (lambda w: w)
     q, k, v = (_split(x @ tw(W), n_heads, split) for W in (W_q, W_k, W_v))
-    out, _ = _attention(q, k, v, mask, scale=scale, dim=dim, invert=invert, full_rows=full_rows)
+    out, _ = _attention(q, k, v, mask, scale=scale, dim=dim, invert=invert, full_rows=full_rows, mask_mode=mask_mode)
     out = _merge(out, merge)
     return out @ tw(W_o) if out_proj else out
 
@@ -476,6 +506,17 @@ def _mha_variants(*args, **kw):
           "√d_h (one head's width).", MHA_LINE)
 def _(x, W_q, W_k, W_v, W_o, n_heads, mask=None):
     return _mha_variants(x, W_q, W_k, W_v, W_o, n_heads, mask, scale=x.shape[-1])
+
+
+@_mistake("multi_head_attention", "scaled_by_d_h", "Your scores are divided by d_h instead of √d_h.", MHA_LINE)
+def _(x, W_q, W_k, W_v, W_o, n_heads, mask=None):
+    return _mha_variants(x, W_q, W_k, W_v, W_o, n_heads, mask, scale="d")
+
+
+@_mistake("multi_head_attention", "scaled_by_sqrt_n_heads", "Your scores are divided by √n_heads (the number of "
+          "heads) instead of √d_h (one head's width).", MHA_LINE)
+def _(x, W_q, W_k, W_v, W_o, n_heads, mask=None):
+    return _mha_variants(x, W_q, W_k, W_v, W_o, n_heads, mask, scale=n_heads)
 
 
 @_mistake("multi_head_attention", "no_scaling", "Your scores are not divided by √d_h.", MHA_LINE)
@@ -524,6 +565,12 @@ def _(x, W_q, W_k, W_v, W_o, n_heads, mask=None):
 @_mistake("multi_head_attention", "mask_ignored", "Your attention ignores the mask.", MASK_LINE)
 def _(x, W_q, W_k, W_v, W_o, n_heads, mask=None):
     return Alternatives() if mask is None else _mha(x, W_q, W_k, W_v, W_o, n_heads, None)
+
+
+@_mistake("multi_head_attention", "mask_after_softmax", "You zero the masked weights after the softmax, so the "
+          "remaining weights no longer sum to 1.", MASK_LINE)
+def _(x, W_q, W_k, W_v, W_o, n_heads, mask=None):
+    return Alternatives() if mask is None else _mha(x, W_q, W_k, W_v, W_o, n_heads, mask, mask_mode="after")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -675,6 +722,8 @@ def _pad(lengths, max_len, *, how="right"):
         return j >= L
     if how == "le":
         return j <= L
+    if how == "minus_one":
+        return j < L - 1
     return j < L
 
 
@@ -690,13 +739,19 @@ def _(lengths, max_len):
     return _pad(lengths, max_len, how="le")
 
 
+@_mistake("padding_mask", "one_too_few", "Your mask keeps one position too few (j < length − 1 instead of "
+          "j < length).", PAD_LINE)
+def _(lengths, max_len):
+    return _pad(lengths, max_len, how="minus_one")
+
+
 @_mistake("padding_mask", "ignores_lengths", "Your mask ignores the lengths: every position is True.", PAD_LINE)
 def _(lengths, max_len):
     return _ones(len(lengths), max_len, dtype=torch.bool)
 
 
-def _dec(lengths, max_len, *, causal=0, pad="keys", combine="and", heads=True):
-    c = _tri(max_len, False, causal) if causal is not None else _ones(max_len, max_len, dtype=torch.bool)
+def _dec(lengths, max_len, *, causal=0, pad="keys", combine="and", heads=True, upper=False):
+    c = _tri(max_len, upper, causal) if causal is not None else _ones(max_len, max_len, dtype=torch.bool)
     p = _pad(lengths, max_len)
     if pad == "keys":
         pm = p[:, None, :]
@@ -708,8 +763,8 @@ def _dec(lengths, max_len, *, causal=0, pad="keys", combine="and", heads=True):
     return m[:, None] if heads else m
 
 
-@_mistake("decoder_mask", "padding_on_queries", "Your padding removes query rows (i < length) instead of key columns "
-          "(j < length).", DEC_LINE)
+@_mistake("decoder_mask", "padding_on_queries", "Your mask also hides the padded query rows (i ≥ length): a "
+          "padded position must still attend to the real keys; only the padded keys (j ≥ length) are hidden.", DEC_LINE)
 def _(lengths, max_len):
     return _dec(lengths, max_len, pad="queries")
 
@@ -718,6 +773,12 @@ def _(lengths, max_len):
           "(j <= i, not j < i).", DEC_LINE)
 def _(lengths, max_len):
     return _dec(lengths, max_len, causal=-1)
+
+
+@_mistake("decoder_mask", "causal_upper_triangle", "Your causal part is the upper triangle (j >= i, the future) "
+          "instead of the lower one (j <= i, the past).", DEC_LINE)
+def _(lengths, max_len):
+    return _dec(lengths, max_len, upper=True)
 
 
 @_mistake("decoder_mask", "ignores_lengths", "Your mask is only causal: it ignores the padding (j < length).", DEC_LINE)
@@ -866,6 +927,20 @@ def _(n, window):
     return (pos[:, None] - pos[None, :]).abs() <= 2 * window
 
 
+@_mistake("sliding_window_mask", "half_width", "Your window reaches only window // 2 positions each way "
+          "(|i − j| <= window // 2); it reaches window positions each way.", WIN_LINE)
+def _(n, window):
+    pos = _arange(n)
+    return (pos[:, None] - pos[None, :]).abs() <= window // 2
+
+
+@_mistake("sliding_window_mask", "one_too_wide", "Your window reaches one position too far (|i − j| <= window + 1).",
+          WIN_LINE)
+def _(n, window):
+    pos = _arange(n)
+    return (pos[:, None] - pos[None, :]).abs() <= window + 1
+
+
 GLOBAL_LINE = "mask[g, :] = True and mask[:, g] = True for every global position g"
 
 
@@ -901,7 +976,7 @@ BLOCK_ATTN_LINE = ("m_new = max(m, s.amax(-1));  p = exp(s − m_new);  correcti
                    "l = l·correction + p.sum(-1);  acc = acc·correction + p @ v_block;  out = acc / l")
 
 
-def _blockwise(q, k, v, block_size, *, scaled=True, rescale_l=True, rescale_acc=True, divide=True):
+def _blockwise(q, k, v, block_size, *, scaled=True, rescale_l=True, rescale_acc=True, divide=True, inverted=False):
     scale = 1.0 / math.sqrt(q.shape[-1]) if scaled else 1.0
     m = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype)
     l = _zeros((*q.shape[:-1], 1), dtype=q.dtype)
@@ -910,7 +985,7 @@ def _blockwise(q, k, v, block_size, *, scaled=True, rescale_l=True, rescale_acc=
         s = q @ _t(k[..., start:start + block_size, :]) * scale
         m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
         p = _exp(s - m_new)
-        correction = _exp(m - m_new)
+        correction = _exp(m_new - m).nan_to_num(posinf=0.0) if inverted else _exp(m - m_new)
         l = (l * correction if rescale_l else l) + p.sum(dim=-1, keepdim=True)
         acc = (acc * correction if rescale_acc else acc) + p @ v[..., start:start + block_size, :]
         m = m_new
@@ -941,6 +1016,12 @@ def _(q, k, v, block_size):
     return _blockwise(q, k, v, block_size, divide=False)
 
 
+@_mistake("blockwise_attention", "correction_inverted", "Your correction is exp(m_new − m_old), the inverse of "
+          "exp(m_old − m_new).", BLOCK_ATTN_LINE)
+def _(q, k, v, block_size):
+    return _blockwise(q, k, v, block_size, inverted=True)
+
+
 @_mistake("blockwise_attention", "no_scaling", "Your scores are not divided by √d.", "s = q @ k_blockᵀ / √d")
 def _(q, k, v, block_size):
     return _blockwise(q, k, v, block_size, scaled=False)
@@ -957,6 +1038,8 @@ def _loss(N, D, p, how="right"):
     E, A, B, a, b = p["E"], p["A"], p["B"], p["alpha"], p["beta"]
     if how == "swapped":
         return E + A / N ** b + B / D ** a
+    if how == "A_B_swapped":
+        return E + B / N ** a + A / D ** b
     if how == "no_E":
         return A / N ** a + B / D ** b
     if how == "multiplied":
@@ -969,6 +1052,8 @@ def _loss(N, D, p, how="right"):
 
 for _name, _how, _sentence in [
         ("exponents_swapped", "swapped", "Your exponents are swapped: N takes alpha and D takes beta."),
+        ("A_B_swapped", "A_B_swapped", "Your constants A and B are swapped: N takes A (A / N^alpha) and D takes B "
+                                       "(B / D^beta)."),
         ("no_E", "no_E", "Your loss leaves out the irreducible term E."),
         ("multiplied", "multiplied", "You multiply by N^alpha and D^beta instead of dividing by them."),
         ("perplexity", "perplexity", "Your function returns the perplexity e^L; it returns the loss L itself.")]:
@@ -1126,6 +1211,16 @@ def _(x, gamma, beta, eps=1e-5):
     return _ln(x, torch.ones_like(gamma), torch.zeros_like(beta), eps)
 
 
+@_mistake("layer_norm", "no_beta", "Your layer norm leaves out the shift beta (+ beta).", LN_LINE)
+def _(x, gamma, beta, eps=1e-5):
+    return _ln(x, gamma, torch.zeros_like(beta), eps)
+
+
+@_mistake("layer_norm", "no_gamma", "Your layer norm leaves out the scale gamma (gamma ·).", LN_LINE)
+def _(x, gamma, beta, eps=1e-5):
+    return _ln(x, torch.ones_like(gamma), beta, eps)
+
+
 @_mistake("global_mask", "intersection_only", "Your mask is True only where a global row meets a global column; it "
           "is True in the whole row and the whole column of every global position.", GLOBAL_LINE)
 def _(n, global_idx):
@@ -1184,26 +1279,76 @@ def _distance(got, expected):
     return 0.0 if math.isnan(value) and math.isnan(expected) else abs(value - float(expected))
 
 
-def diagnose(function, result, **inputs):
+def _signature(value):
+    """A short summary of one input, enough to tell a test's inputs from another test's."""
+    if _type(value) is _Tensor:
+        v = value.detach().double()
+        return ("tensor", tuple(value.shape), str(value.dtype), float(v.nan_to_num().sum()),
+                float((v.nan_to_num() ** 2).sum()))
+    return (_type(value).__name__, repr(value))
+
+
+# The earlier calls of each graded function in this notebook: function -> {inputs' signature: (inputs, result)}.
+# A re-run of a test replaces its own entry.  ``owner`` is tfmlib.checking's mode when they were recorded: a
+# new grading replay (a new mode) starts a new history, so one notebook's calls never meet another's.
+_HISTORY = {"owner": None, "calls": {}}
+
+
+def reset_history():
+    """Forget the recorded calls (a new notebook starts)."""
+    _HISTORY["owner"], _HISTORY["calls"] = check._MODE, {}
+
+
+def _remember(function, result, inputs):
+    if _HISTORY["owner"] is not check._MODE:
+        reset_history()
+    key = tuple(sorted((name, _signature(value)) for name, value in inputs.items()))
+    kept = {k: (v.detach().clone() if _type(v) is _Tensor else v) for k, v in inputs.items()}
+    _HISTORY["calls"].setdefault(function, {})[key] = (kept, result)
+    return key
+
+
+def _variants(mistake, inputs):
+    """What ``mistake`` returns from ``inputs``: a list of alternatives (empty: invisible on these inputs)."""
+    with torch.no_grad():
+        wrong = mistake.compute(**{k: (v.detach() if _type(v) is _Tensor else v) for k, v in inputs.items()})
+    return list(wrong) if isinstance(wrong, Alternatives) else [wrong]
+
+
+def _consistent(mistake, function, current):
+    """False when an earlier call of ``function`` in this notebook returned something this mistake would not
+    have returned: the learner's code cannot have that mistake (a coincidence on the failing test's inputs)."""
+    for key, (inputs, result) in _HISTORY["calls"].get(function, {}).items():
+        if key == current:
+            continue
+        try:
+            candidates = _variants(mistake, inputs)
+        except Exception:  # a variant that cannot run on those inputs tells nothing
+            continue
+        if candidates and not any(_same(result, c) for c in candidates):
+            return False
+    return True
+
+
+def diagnose(function, result, current=None, **inputs):
     """The catalogued mistake of ``function`` whose variant reproduces ``result`` from ``inputs``, else None.
 
-    When several variants match within the comparison's tolerance, the closest one is named only if it is at
-    least ten times closer than the next; otherwise None, because the message must not guess between them."""
+    A mistake is named only when it is the one explanation: its variant reproduces the result and agrees with
+    every earlier call of the function in this notebook (``current`` is this call's key in that history), and
+    it is at least ten times closer than any other such mistake (two exact matches: None, the message must not
+    guess between them).  A mistake that an earlier call rules out is no candidate, so it forces no tie."""
     matches = []
     for mistake in CATALOGUE.get(function, []):
         try:
-            with torch.no_grad():
-                wrong = mistake.compute(**{k: (v.detach() if _type(v) is _Tensor else v) for k, v in inputs.items()})
-            candidates = wrong if isinstance(wrong, Alternatives) else [wrong]
-            distances = [_distance(result, c) for c in candidates if _same(result, c)]
+            distances = [_distance(result, c) for c in _variants(mistake, inputs) if _same(result, c)]
         except Exception:  # a variant that cannot run on these inputs does not match
             continue
-        if distances:
+        if distances and _consistent(mistake, function, current):
             matches.append((min(distances), mistake))
     if not matches:
         return None
     matches.sort(key=lambda m: m[0])
-    if len(matches) == 1 or matches[0][0] <= 0.1 * matches[1][0]:
+    if len(matches) == 1 or matches[0][0] < 0.1 * matches[1][0]:
         return matches[0][1]
     return None
 
@@ -1219,13 +1364,14 @@ class For:
 
     def __init__(self, function, result, **inputs):
         self.function, self.result, self.inputs = function, result, inputs
+        self.key = _remember(function, result, inputs)
 
     def _run(self, comparison, name, *args, **kwargs):
         __tracebackhide__ = True
         try:
             comparison(name, *args, **kwargs)
         except check.CheckFailure as failure:
-            raise explain(failure, name, diagnose(self.function, self.result, **self.inputs)) from None
+            raise explain(failure, name, diagnose(self.function, self.result, self.key, **self.inputs)) from None
 
     def assert_close(self, name, got, expected, atol=None, rtol=None):
         __tracebackhide__ = True
