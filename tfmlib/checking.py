@@ -117,7 +117,7 @@ def _preview(t, n=6, around=None):
     flat = _tolist(_reshape(_detach(t), (-1,)))
     fmt = lambda v: f"{v:.4g}" if _isinstance(v, _float) else str(v)  # noqa: E731
     if around is None:
-        return "[" + ", ".join(fmt(v) for v in flat[:n]) + (", ...]" if _len(flat) > n else "]")
+        return "[" + ", ".join(fmt(v) for v in flat[:n]) + (", …]" if _len(flat) > n else "]")
     start = _max(0, around - 2)
     start = start if start + n <= _len(flat) else _max(0, _len(flat) - n)
     end = start + n if start + n < _len(flat) else _len(flat)
