@@ -194,6 +194,9 @@ KERNEL_START_FAILURES = {
     "Kernel died before replying to kernel_info": "the kernel died while starting (a process limit of the "
                                                   "sandbox user, shared with other kernels on this machine?)",
     "database is locked": "the gradebook was busy",
+    # two graders adding the same new gradebook row at once (SQLite, PostgreSQL): the other one won
+    "UNIQUE constraint failed": "another grader added the same gradebook row at the same moment",
+    "duplicate key value violates unique constraint": "another grader added the same gradebook row at the same moment",
 }
 NPROC_PER_KERNEL = 128   # the sandbox's default process and thread limit (sandbox_kernel.LIMITS["GRADER_NPROC"])
 
@@ -357,6 +360,23 @@ def run_batch(todo: list[str], fps: dict[str, str], regraded: dict[str, str], jo
     return rows, died
 
 
+def ensure_course(db_url: str, course_id: str, attempts: int = 3) -> None:
+    """Create the gradebook's row for ``course_id`` before any worker starts.  nbgrader adds it on first use,
+    and two workers (or shards) using a new gradebook at once both tried to: one failed with "UNIQUE
+    constraint failed: course.id" and its submission was reported as crashed.  Another machine may create it
+    at the same moment: then the next attempt finds it."""
+    from nbgrader.api import Gradebook, InvalidEntry
+
+    for attempt in range(attempts):
+        try:
+            with Gradebook(db_url, course_id):
+                return
+        except InvalidEntry:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1)
+
+
 def grade(course: Path, assignment: str, out: Path, only: list[str] | None = None,
           extra_config: Path | None = None, jobs: int = 1, shard: tuple[int, int] | None = None,
           db_url: str | None = None, regrade: bool = False, retries: int = 1) -> list[dict]:
@@ -378,6 +398,7 @@ def grade(course: Path, assignment: str, out: Path, only: list[str] | None = Non
     expected = expected_notebooks(course, coursedir.source_directory, assignment)
     if not expected:
         raise SystemExit(f"no notebooks in {coursedir.source_directory}/{assignment}")
+    ensure_course(coursedir.db_url, coursedir.course_id)
     with Gradebook(coursedir.db_url) as gb:
         try:
             max_score = gb.find_assignment(assignment).max_score

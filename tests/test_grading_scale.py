@@ -448,3 +448,19 @@ def test_two_shards_into_one_postgres_gradebook(postgres, sequential, tmp_path):
     assert export(url) == sequential["export"]
     check = subprocess.run(["bash", "-c", here(commands["check"], course)], env=base, capture_output=True, text=True)
     assert check.returncode == 0 and "0 to grade" in check.stdout, check.stdout[-2000:] + check.stderr[-2000:]
+
+
+def test_a_new_gradebook_gets_its_course_row_before_the_workers_start(tmp_path):
+    """Two workers on a gradebook without the course's row both added it; one failed ("UNIQUE constraint
+    failed: course.id") and its submission came out 'crashed' (seen in CI). grade.py now adds the row first,
+    and a worker that still loses such a race is retried, never scored."""
+    from nbgrader.api import Gradebook
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    grade.ensure_course(url, "some-course")
+    grade.ensure_course(url, "some-course")          # a second grader (or shard) finds it
+    from nbgrader.api import Course
+    with Gradebook(url, "some-course") as gb:
+        assert [c.id for c in gb.db.query(Course)] == ["some-course"]
+    for text in ("sqlite3.IntegrityError) UNIQUE constraint failed: course.id",
+                 "psycopg.errors.UniqueViolation: duplicate key value violates unique constraint \"course_pkey\""):
+        assert grade.overloaded({"success": False, "error": text}, {}), text
