@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import sys
 from pathlib import Path
 
@@ -189,14 +190,13 @@ def scratch_folder(connection_file: str) -> Path:
     """``work`` beside the socket folder, inside the grader's private folder (mode 0700, never bound into
     the sandbox itself): where the kernel's copy of its working folder lives.  The grader reads the trace
     from here (``SandboxedExecute``) and deletes it with the private folder."""
-    return Path(socket_dir(json.loads(Path(connection_file).read_text()))).parent / "work"
+    return Path(log_folder(connection_file)) / "work"
 
 
 def make_scratch(connection_file: str, workdir: str) -> str:
     """A fresh copy of ``workdir`` (links copied as links, never followed) for the kernel to work in."""
     scratch = scratch_folder(connection_file)
-    if scratch.is_symlink() or scratch.exists():
-        shutil.rmtree(scratch) if scratch.is_dir() and not scratch.is_symlink() else scratch.unlink()
+    shutil.rmtree(scratch, ignore_errors=True)     # a restarted kernel starts from the submission again
     shutil.copytree(workdir, scratch, symlinks=True)
     os.chmod(scratch, 0o700)
     return str(scratch)
@@ -217,7 +217,7 @@ def unsandboxed(connection_file: str, workdir: str) -> None:
     the learner's results for the verdicts outside it, but with no confinement at all."""
     env = {**os.environ, TRACE_ENV: os.path.join(workdir, TRACE_NAME), OWN_ENV: own_folders(workdir),
            FD_ENV: str(open_audit_log(connection_file))}
-    log_to_socket_dir(connection_file)
+    log_to_private_folder(connection_file)
     os.execve(sys.executable, [sys.executable, "-c", AUDIT_LAUNCHER, "-f", connection_file,
                                "--HistoryManager.hist_file=:memory:"], env)
 
@@ -233,8 +233,6 @@ def read_regular(path, limit: int) -> tuple[bytes, str]:
     except OSError as err:
         return b"", f"{os.path.basename(path)} could not be opened safely ({err.strerror}; a link?)"
     try:
-        import stat
-
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return b"", f"{os.path.basename(path)} is not a regular file"
@@ -277,7 +275,7 @@ def open_audit_log(connection_file: str) -> int:
     return fd
 
 
-def log_to_socket_dir(connection_file: str) -> None:
+def log_to_private_folder(connection_file: str) -> None:
     """The kernel's own console output goes to kernel.log in ``log_folder``; not to the grader's terminal."""
     if os.environ.get("GRADER_DEBUG"):
         return
@@ -300,7 +298,7 @@ def main(argv: list[str]) -> None:
     cmd = bwrap_command(connection_file, workdir, open_audit_log(connection_file), scratch)
     if os.environ.get("GRADER_DEBUG"):
         print(" ".join(cmd), file=sys.stderr)
-    log_to_socket_dir(connection_file)
+    log_to_private_folder(connection_file)
     os.execvp(cmd[0], cmd)
 
 
