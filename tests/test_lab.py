@@ -7,7 +7,10 @@ mistake, fix it, run again, press nbgrader's Validate and read "Success"; then o
 notebook and run its first cells from book/, as the book build does.  Along the way: no error dialog or error
 notification, none of nbgrader's instructor or exchange tools (Formgrader, Create Assignment, Assignment List,
 "Error fetching courses"), and nothing alarming in the server's log ("No nbgrader_config.py", ExchangeError,
-tracebacks).  A screenshot of each step is written to artifacts/test_lab/ (git-ignored; CI keeps it).
+tracebacks).  Validate on the wrong answer names the mistake before the test cell.  Then a chapter is opened and
+run in full, autosave fires (its interval is set to a few seconds here), and the file is byte for byte what it
+was; Validate on the chapter answers with one sentence (issue 20).  A screenshot of each step is written to
+artifacts/test_lab/ (git-ignored; CI keeps it).
 
 The fast tests read the configuration: learner and instructor modes, and the links between chapters and exercises.
 """
@@ -33,7 +36,9 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 EXERCISE = "03_self_attention"
 CHAPTER = "book/01_rnn_limits.md"
+RUN_CHAPTER = "book/03_self_attention.md"  # the chapter the issue-20 learner opened and ran
 WAIT_S = 180
+AUTOSAVE_S = 3  # JupyterLab's autosave interval in this test (the default is 120 s)
 
 # What the learner must never see (the quiet learner mode) and what the server must never log.
 FORBIDDEN_UI = ("Error fetching courses", "exchange directory", "Formgrader", "Create Assignment", "Assignment List")
@@ -108,11 +113,11 @@ def browser(lab):
 # Driving JupyterLab
 # --------------------------------------------------------------------------------------------------------------
 class Lab:
-    def __init__(self, driver, lab):
+    def __init__(self, driver, lab, first_step=0):
         self.d, self.lab = driver, lab
-        self.step = 0
+        self.step = first_step
         OUT.mkdir(parents=True, exist_ok=True)
-        for old in OUT.glob("*.png"):
+        for old in OUT.glob("*.png") if first_step == 0 else ():
             old.unlink()
 
     def wait(self, condition, what, timeout=WAIT_S):
@@ -168,16 +173,45 @@ class Lab:
             f"the menu item {top} > {item}")
         entry[0].click()
 
-    def run_all(self):
+    def run_all(self, timeout=WAIT_S):
+        prompts = ACTIVE + "return [...p.querySelectorAll('.jp-InputPrompt')].map(e => e.textContent).join('|');"
+        before = self.js(prompts)
         self.menu("Run", "Run All Cells")
-        time.sleep(1)
+        # on a busy machine the kernel may still look idle a second later: wait for the run to start
+        self.wait(lambda: self.js(prompts) != before, "the run to start", timeout=timeout)
         self.wait(lambda: self.kernel_idle() and not self.js(
             ACTIVE + "return [...p.querySelectorAll('.jp-InputPrompt')].some(e => e.textContent.includes('[*]'));"),
-            "the notebook to finish running")
+            "the notebook to finish running", timeout=timeout)
+
+    def dialog(self):
+        return self.js("const d = document.querySelector('.jp-Dialog'); return d && d.innerText;")
+
+    def validate(self, name):
+        """Press nbgrader's Validate in the active notebook's toolbar; the result dialog's text (left open)."""
+        from selenium.webdriver.common.by import By
+        buttons = self.wait(lambda: [b for b in self.d.find_elements(
+            By.XPATH, "//*[contains(@class,'jp-NotebookPanel') and not(contains(@class,'lm-mod-hidden'))]"
+                      "//*[contains(@class,'jp-Toolbar')]//*[normalize-space(text())='Validate']") if b.is_displayed()],
+            "nbgrader's Validate button")
+        buttons[0].click()
+        self.wait(lambda: self.dialog(), "the validation result", timeout=300)
+        self.wait(lambda: not any(w in (self.dialog() or "") for w in ("Validating", "Saving")),
+                  "validation to finish", timeout=300)
+        self.shot(name)
+        return self.dialog()
+
+    def close_dialog(self):
+        from selenium.webdriver.common.by import By
+        self.d.find_element(By.CSS_SELECTOR, ".jp-Dialog .jp-Dialog-button.jp-mod-accept, .jp-Dialog .jp-Dialog-button").click()
+        self.wait(lambda: not self.dialog(), "the dialog to close")
+
+    def dirty(self):
+        """The active document's tab shows unsaved changes."""
+        return self.js("return !!document.querySelector('.lm-TabBar-tab.lm-mod-current.jp-mod-dirty');")
 
     def outputs(self, index):
         return self.js(ACTIVE + "const c = p.querySelectorAll('.jp-CodeCell')[arguments[0]];"
-                                "return c.querySelector('.jp-OutputArea') ? c.querySelector('.jp-OutputArea').innerText : '';",
+                                "return c.querySelector('.jp-OutputArea') ? c.querySelector('.jp-OutputArea').textContent : '';",
                        index)
 
     def assert_quiet(self, allow_dialog=None):
@@ -196,6 +230,17 @@ class Lab:
 
 
 ACTIVE = "const p = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');"
+
+
+def set_autosave(lab, seconds):
+    """Set JupyterLab's autosave interval through its settings API (kept in the test's throw-away settings)."""
+    import json
+    raw = json.dumps({"autosave": True, "autosaveInterval": seconds})
+    request = urllib.request.Request(
+        f"{lab['base']}/lab/api/settings/@jupyterlab/docmanager-extension:plugin?token={lab['token']}",
+        data=json.dumps({"raw": raw}).encode(), method="PUT", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as r:
+        assert r.status in (200, 204), r.status
 
 
 def _code(path):
@@ -226,7 +271,10 @@ def test_learner_loop_in_jupyterlab(lab, browser):
     for index, code in answers.items():
         ui.set_code(index, code.replace("/ math.sqrt(d_k)", "") if index == sdpa else code)
     ui.run_all()
-    failing = next(i for i in range(ui.code_cells()) if "CheckFailure" in ui.outputs(i))
+    outputs = [ui.outputs(i) for i in range(ui.code_cells())]
+    ui.shot("wrong_answer_run")
+    assert any("CheckFailure" in o for o in outputs), outputs
+    failing = next(i for i, o in enumerate(outputs) if "CheckFailure" in o)
     message = ui.outputs(failing)
     ui.js(ACTIVE + "p.querySelectorAll('.jp-CodeCell')[arguments[0]].scrollIntoView();", failing)
     ui.shot("wrong_answer_diagnosis")
@@ -234,6 +282,13 @@ def test_learner_loop_in_jupyterlab(lab, browser):
     assert "scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)" in message, message
     assert "checking.py" not in message and "feedback.py" not in message, message
     ui.assert_quiet()
+    # Validate's failure dialog: the named mistake comes first, before the test cell and the traceback
+    dialog = ui.validate("validate_wrong_answer")
+    assert "The following cell failed:" in dialog, dialog
+    first = dialog.split("The following cell failed:", 1)[1].strip()
+    assert first.startswith("CheckFailure:") and "Your scores are not divided by √d_k." in first.splitlines()[0], dialog
+    assert first.index("Your scores are not divided") < first.index("The test cell:") < first.index("Traceback"), dialog
+    ui.close_dialog()
 
     ui.set_code(sdpa, answers[sdpa])
     ui.run_all()
@@ -242,20 +297,11 @@ def test_learner_loop_in_jupyterlab(lab, browser):
     assert sum("Visible tests passed." in o for o in outputs) == 5, outputs
     ui.shot("fixed_tests_pass")
 
-    from selenium.webdriver.common.by import By
-    buttons = ui.wait(lambda: [b for b in browser.find_elements(
-        By.XPATH, "//*[contains(@class,'jp-Toolbar')]//*[normalize-space(text())='Validate']") if b.is_displayed()],
-        "nbgrader's Validate button")
-    buttons[0].click()
-    dialog = ui.wait(lambda: ui.js("const d = document.querySelector('.jp-Dialog'); return d && d.innerText;"),
-                     "the validation result", timeout=300)
-    ui.wait(lambda: "Validating" not in (ui.js("const d = document.querySelector('.jp-Dialog'); return d && d.innerText;") or ""),
-            "validation to finish", timeout=300)
-    dialog = ui.js("const d = document.querySelector('.jp-Dialog'); return d && d.innerText;")
-    ui.shot("validate_success")
+    dialog = ui.validate("validate_success")
     assert "Success! Your notebook passes all the tests." in dialog, dialog
     ui.assert_quiet(allow_dialog="Success")
-    browser.find_element(By.CSS_SELECTOR, ".jp-Dialog .jp-Dialog-button.jp-mod-accept, .jp-Dialog .jp-Dialog-button").click()
+    ui.close_dialog()
+    from selenium.webdriver.common.by import By
 
     # a chapter, opened as a notebook (Jupytext, MyST) and run from book/ like the book build
     import jupytext
@@ -288,6 +334,52 @@ def test_learner_loop_in_jupyterlab(lab, browser):
     assert "nbgrader.server_extensions.formgrader | extension was successfully" not in log
 
 
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_chapter_opened_and_run_is_left_as_it_is(lab, browser):
+    """Issue 20: opening and running a chapter, autosave included, leaves the file byte for byte as it was;
+    Validate on the chapter answers with one sentence and leaves the file alone too; a cell the learner edits
+    is saved (editing stays their choice)."""
+    import jupytext
+    ui = Lab(browser, lab, first_step=50)
+    path = lab["root"] / RUN_CHAPTER
+    before = path.read_bytes()
+    skipped = lambda: lab["log"].read_text().count(f"{RUN_CHAPTER}: no cell changed, the file is left as it is")
+    code = [c for c in jupytext.reads(before.decode(), fmt="md:myst").cells if c.cell_type == "code"]
+    set_autosave(lab, AUTOSAVE_S)  # the page is loaded afresh by ui.open, with this setting
+    seen = skipped()
+    ui.open(RUN_CHAPTER, len(code))
+    ui.shot("run_chapter_opened")
+    ui.assert_quiet()
+
+    ui.run_all(timeout=900)
+    # Run All stops at the first error, so the last code cell has a number only when every cell ran cleanly
+    last = ACTIVE + "const c = p.querySelectorAll('.jp-CodeCell'); c[c.length - 1].scrollIntoView();" \
+                    "return c[c.length - 1].querySelector('.jp-InputPrompt').textContent;"
+    ui.wait(lambda: re.search(r"\[\d+\]", ui.js(last) or ""), "the chapter's last cell to have run")
+    ui.shot("run_chapter_ran")
+    # autosave fires (every AUTOSAVE_S here), the server leaves the file alone and the tab is clean again
+    ui.wait(lambda: skipped() > seen, "an autosave of the chapter", timeout=20 * AUTOSAVE_S)
+    ui.wait(lambda: not ui.dirty(), "the chapter's tab to show no unsaved changes", timeout=20 * AUTOSAVE_S)
+    time.sleep(2 * AUTOSAVE_S)
+    assert path.read_bytes() == before, "opening and running the chapter changed the file"
+    ui.assert_quiet()
+
+    # nbgrader's Validate sits on every notebook's toolbar; on a chapter it answers with one plain sentence
+    dialog = ui.validate("validate_chapter")
+    sentence = "03_self_attention.md is not one of them, so there is nothing to validate here."
+    assert sentence in dialog and "Traceback" not in dialog and "NotJSONError" not in dialog, dialog
+    ui.close_dialog()
+    assert path.read_bytes() == before, "Validate (which saves first) changed the chapter"
+
+    # an edit is the learner's choice, and it is saved
+    ui.set_code(0, code[0].source + "\n# a learner's note")
+    ui.wait(lambda: b"# a learner's note" in path.read_bytes(), "the edited chapter to be saved", timeout=20 * AUTOSAVE_S)
+    ui.shot("run_chapter_edited")
+    log = lab["log"].read_text()
+    assert not [f for f in FORBIDDEN_LOG if f in log], log[-5000:]
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Fast checks of the configuration (no server, no browser)
 # --------------------------------------------------------------------------------------------------------------
@@ -300,7 +392,9 @@ def test_learner_mode_keeps_validate_and_drops_the_instructor_tools():
     import json
     cfg = _load("learner", "jupyter_server_config.py")
     ext = cfg.ServerApp.jpserver_extensions
-    assert ext["nbgrader.server_extensions.validate_assignment"] is True
+    # Validate is nbgrader's handler served by course_lab (a sentence on chapters, the named mistake first)
+    assert ext["course_lab"] is True and ext["nbgrader.server_extensions.validate_assignment"] is False
+    assert cfg.ServerApp.contents_manager_class.__name__ == "ChapterKeepingContentsManager"
     assert not any(ext[f"nbgrader.server_extensions.{e}"] for e in ("formgrader", "assignment_list", "course_list"))
     assert cfg.ServerApp.root_dir == str(REPO)
     assert cfg.ServerApp.get("allow_root", False) == (os.geteuid() == 0)
@@ -319,7 +413,9 @@ def test_learner_mode_keeps_validate_and_drops_the_instructor_tools():
 
 def test_instructor_mode_has_formgrader_on_this_course():
     cfg = _load("instructor", "jupyter_server_config.py")
-    assert all(cfg.ServerApp.jpserver_extensions.values()) and len(cfg.ServerApp.jpserver_extensions) == 4
+    ext = cfg.ServerApp.jpserver_extensions
+    assert ext.pop("nbgrader.server_extensions.validate_assignment") is False  # course_lab serves Validate
+    assert all(ext.values()) and len(ext) == 4 and "course_lab" in ext
     nbg = _load("instructor", "nbgrader_config.py")
     assert nbg.CourseDirectory.root == str(REPO)
     assert nbg.CourseDirectory.source_directory == "solutions" and nbg.CourseDirectory.release_directory == "notebooks"

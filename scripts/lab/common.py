@@ -5,6 +5,10 @@ JUPYTER_CONFIG_PATH (Jupyter's documented search path for config files), so thes
 the server is started from, and the learner's own ~/.jupyter keeps their settings and workspaces.
 """
 import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # course_lab, the server extension below
+from course_lab import ChapterKeepingContentsManager  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -20,9 +24,14 @@ def configure(c, instructor: bool):
     # Containers often run as root; Jupyter refuses to start as root without this flag.
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         c.ServerApp.allow_root = True
-    # nbgrader's server extensions: Validate for everyone; the instructor's tools only for instructors.
+    # Jupytext's contents manager, except that a chapter is written only when one of its cells changed:
+    # opening and running it leaves book/*.md as they are (course_lab.py).
+    c.ServerApp.contents_manager_class = ChapterKeepingContentsManager
+    # nbgrader's server extensions: Validate for everyone, served by course_lab (nbgrader's handler, plus a
+    # sentence on chapters and the named mistake first on failures); the instructor's tools only for instructors.
     c.ServerApp.jpserver_extensions = {
-        "nbgrader.server_extensions.validate_assignment": True,
+        "course_lab": True,
+        "nbgrader.server_extensions.validate_assignment": False,
         "nbgrader.server_extensions.formgrader": instructor,
         "nbgrader.server_extensions.assignment_list": instructor,
         "nbgrader.server_extensions.course_list": instructor,

@@ -1,0 +1,147 @@
+"""The course's own pieces of `make lab` / `make lab-instructor` (loaded by common.py).
+
+Two things JupyterLab, Jupytext and nbgrader do not do by themselves:
+
+- **Chapters stay as they are.**  book/*.md open as Jupytext notebooks.  JupyterLab marks a notebook modified as
+  soon as its kernel starts (it records the kernel in the notebook's metadata) and autosaves it two minutes
+  later; Jupytext then writes the whole Markdown file again, re-wrapped and with new metadata, although the
+  learner changed nothing, and ``git status``/``git pull`` see a change.  ``ChapterKeepingContentsManager``
+  writes a text notebook only when a cell's type or source (or Jupytext's own settings, e.g. pairing) differs
+  from the file on disk: opening and running a chapter never touches it; editing a cell and saving is the
+  learner's choice and is written.
+- **Validate answers on every notebook.**  nbgrader's Validate button sits in every notebook's toolbar.  On a
+  chapter or any notebook without nbgrader cells it now answers with one sentence saying what it validates
+  (instead of a ``NotJSONError`` traceback); on an exercise, a failed test shows the named mistake first, then
+  the test cell and the traceback.  (Hiding the button on chapters would need a JupyterLab front-end extension:
+  nothing in a chapter's panel tells it from an exercise's to CSS or settings.)
+"""
+from __future__ import annotations
+
+import html
+import json
+import traceback
+from pathlib import Path
+
+from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
+from jupytext.async_contentsmanager import build_async_jupytext_contents_manager_class
+from nbconvert.filters import ansi2html, strip_ansi
+from nbgrader.server_extensions.validate_assignment.handlers import (NbGraderVersionHandler,
+                                                                     ValidateAssignmentHandler)
+from nbgrader.validator import Validator
+
+# Between the message and the rest in MessageFirstValidator's error text (a character no traceback contains).
+SPLIT = "\x00"
+NOT_AN_EXERCISE = ("Validate checks the course's exercises (notebooks/NN_name/NN_name.ipynb) against their "
+                   "tests; {name} is not one of them, so there is nothing to validate here.")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Chapters: no write unless a cell changed
+# --------------------------------------------------------------------------------------------------------------
+def _edits(notebook) -> tuple:
+    """What a learner changes on purpose: the (type, source) of each cell, and Jupytext's own settings (pairing,
+    filters; chosen in its menu).  Outputs, the kernel's details and other metadata are left out."""
+    cells = [(c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"])
+             for c in notebook["cells"]]
+    settings = {k: v for k, v in notebook.get("metadata", {}).get("jupytext", {}).items() if k != "text_representation"}
+    return cells, settings
+
+
+class ChapterKeepingContentsManager(build_async_jupytext_contents_manager_class(AsyncLargeFileManager)):
+    """Jupytext's contents manager that does not rewrite a text notebook whose cells are unchanged."""
+
+    async def save(self, model, path=""):
+        """Save as Jupytext does, except a text notebook (a chapter) whose cells equal the file's: left alone."""
+        path = path.strip("/")
+        if await self._unchanged_text_notebook(model, path):
+            self.log.info("%s: no cell changed, the file is left as it is", path)
+            return await self.get(path, content=False)
+        return await super().save(model, path)
+
+    async def _unchanged_text_notebook(self, model, path) -> bool:
+        """True for a notebook model of an existing non-.ipynb file whose cells are those of the file."""
+        if model.get("type") != "notebook" or model.get("content") is None or path.endswith(".ipynb"):
+            return False
+        if not await self.file_exists(path):
+            return False
+        try:
+            on_disk = await self.get(path, content=True, type="notebook")
+        except Exception:  # an unreadable file: let Jupytext's save decide and report
+            return False
+        return _edits(on_disk["content"]) == _edits(model["content"])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Validate: a plain sentence on chapters, the named mistake first on exercises
+# --------------------------------------------------------------------------------------------------------------
+class MessageFirstValidator(Validator):
+    """nbgrader's Validator whose error text begins with the exception's message (``Name: message``)."""
+
+    def _extract_error(self, cell) -> str:
+        messages = [f"{o.ename}: {o.evalue}" if o.evalue else o.ename
+                    for o in cell.get("outputs", []) if o.output_type == "error"]
+        details = super()._extract_error(cell)
+        return "\n".join(messages) + (f"\n{SPLIT}" + details if messages else "")
+
+
+def is_exercise(path: Path) -> bool:
+    """An .ipynb notebook with at least one nbgrader cell (what Validate can check)."""
+    if path.suffix != ".ipynb":
+        return False
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    except (OSError, ValueError):
+        return True  # let nbgrader read it and say what is wrong
+    return any("nbgrader" in c.get("metadata", {}) for c in cells if isinstance(c, dict))
+
+
+def message_first(failed: dict) -> dict:
+    """One failed cell for nbgrader's dialog, which shows ``source`` and then ``error``: the message goes in the
+    first place, the test cell's source and the traceback after it."""
+    raw = failed.get("raw_error", "")
+    if SPLIT not in raw:  # no exception (e.g. partial credit): nbgrader's own text
+        return failed
+    message, details = raw.split(SPLIT, 1)
+    below = f"The test cell:\n\n{failed['source']}\n\nWhere it failed:\n\n"
+    return {"source": strip_ansi(message.strip()),
+            "error": html.escape(below) + ansi2html(details),
+            "raw_error": message + below + details}
+
+
+class CourseValidateHandler(ValidateAssignmentHandler):
+    """nbgrader's /assignments/validate, with a sentence for non-exercises and the message first on failures."""
+
+    def validate_notebook(self, path):
+        root = Path(self.root_dir).resolve()
+        target = (root / path).resolve()
+        if not target.is_relative_to(root):
+            from tornado import web
+            raise web.HTTPError(403, "Access denied: path outside allowed directory")
+        if not is_exercise(target):
+            return {"success": False, "value": NOT_AN_EXERCISE.format(name=target.name)}
+        try:
+            result = MessageFirstValidator(config=self.load_config()).validate(str(target))
+        except Exception as err:
+            self.log.error(traceback.format_exc())
+            return {"success": False, "value": f"Validate could not check {target.name}: {err}"}
+        if "failed" in result:
+            result["failed"] = [message_first(f) for f in result["failed"]]
+        return {"success": True, "value": result}
+
+
+def _load_jupyter_server_extension(app):
+    """Serve Validate (nbgrader's two URLs) with ``CourseValidateHandler``."""
+    from jupyter_server.utils import url_path_join
+    base = app.web_app.settings["base_url"]
+    app.web_app.settings["root_dir"] = app.root_dir
+    app.web_app.add_handlers(".*$", [(url_path_join(base, r"/assignments/validate"), CourseValidateHandler),
+                                     (url_path_join(base, r"/nbgrader_version"), NbGraderVersionHandler)])
+    app.log.info("course_lab: Validate answers on chapters with a sentence and shows failures message first")
+
+
+load_jupyter_server_extension = _load_jupyter_server_extension  # the name older servers look for
+
+
+def _jupyter_server_extension_points():
+    return [{"module": "course_lab"}]
+
