@@ -496,6 +496,26 @@ def test_solutions_are_not_published(site_dir):
     assert "solutions/" not in index
 
 
+def test_no_graded_answer_is_shown_unfolded(site_dir):
+    """No page shows the body of a graded function outside a closed <details> (issue 17).
+
+    The bodies are the solutions' (solutions/*/*.ipynb) and tfmlib's functions of the same names; a body counts
+    as shown when its lines, without comments and whitespace, appear in order or mostly (scripts/spoilers.py).
+    The library's listings are folded after each chapter's exercise link: opening every <details> must find
+    each of them again, so the check is not passing on pages it cannot read.
+    """
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import spoilers
+
+    bodies = spoilers.graded_bodies()
+    shown = spoilers.shown_bodies(site_dir, bodies)
+    assert not shown, "graded answers shown unfolded:\n  " + "\n  ".join(shown)
+    unfolded = [p for p in spoilers.read_pages(site_dir, unfold=True) if p.name.startswith("book/")]
+    library = [b for b in bodies if b.source.startswith("tfmlib/")]
+    missing = [f"{b.function} ({b.source})" for b in library if not any(p.shows(b) == "verbatim" for p in unfolded)]
+    assert not missing, f"no chapter holds these listings, even folded: {missing}"
+
+
 def test_screenshots(browser, server):
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     for name, docname in (("landing", ROOT_DOC), ("chapter", _chapter_for_screenshots())):
