@@ -120,3 +120,30 @@ def test_replay_of_a_test_cell(tmp_path):
         records, problems = trace.load(path)
         v = replay([setup, test], records, problems)
         assert v.passed == {"t1": verdict}, v.messages
+
+
+def test_a_memory_measurement_is_recorded_and_served(tmp_path):
+    """check.peak_memory records (result, usage) in the kernel; the replay serves the same plain data, so the
+    memory verdict is reached outside it."""
+    import numpy as np
+
+    import tfmlib.checking as check
+    x = torch.randn(16, 4, dtype=torch.float64)
+
+    def full(x):
+        return torch.from_numpy(np.exp(x.numpy() @ x.numpy().T) @ x.numpy())
+    path = tmp_path / "t.jsonl"
+    previous, check._MODE = check._MODE, trace.Recorder(str(path))
+    try:
+        check._begin_test("mem")
+        out, usage = check.peak_memory(full, x)
+        records, problems = trace.load(path)
+        check._MODE = trace.Replayer(records)
+        check._begin_test("mem")
+        out2, usage2 = check.peak_memory(full, x)
+    finally:
+        check._MODE = previous
+    assert problems == [] and torch.equal(out, out2) and usage2 == usage
+    assert usage["traced_bytes"] >= 16 * 16 * 8 and usage["numel"] == 16 * 4 and usage["shape"] == [16, 4]
+    with pytest.raises(check.CheckFailure, match="measured with tracemalloc"):
+        check.assert_memory_below("full", usage2, numel=16 * 16, nbytes=16 * 16 * 8 // 2)

@@ -12,10 +12,12 @@ nor the references.
   of the listed shortcuts (tfmlib's own implementations, ``torch.nn.functional.scaled_dot_product_attention``,
   ``torch.nn.MultiheadAttention``, layer norm, PyTorch's RNNs, ...) raises ``ShortcutError`` ("write your own").
 - ``ref`` holds trusted references (PyTorch's own implementations) for the hidden tests.
-- ``peak_numel(fn, ...)`` reports the largest tensor a function creates (blockwise attention must never
-  build the full ``(Tq, Tk)`` score matrix).
+- ``peak_memory(fn, ...)`` measures the memory a function uses whatever it computes with: the largest tensor a
+  torch operation creates or uses, and (``tracemalloc``) the bytes NumPy arrays and Python objects hold at once;
+  ``assert_memory_below`` compares that with limits (blockwise attention must never build the full ``(Tq, Tk)``
+  score matrix).
 
-- When a notebook is graded, ``call`` and ``peak_numel`` also record each result (in the learner's kernel) and the
+- When a notebook is graded, ``call`` and ``peak_memory`` also record each result (in the learner's kernel) and the
   grader replays the test cells on those records in its own process (``tfmlib.trace``, ``_begin_test``,
   ``_replay``): the verdict that counts is reached where no learner code runs.
 
@@ -29,6 +31,7 @@ import contextlib
 import math
 import os
 import sys
+import tracemalloc
 import types
 import zlib
 
@@ -65,6 +68,9 @@ _getprofile, _setprofile = sys.getprofile, sys.setprofile
 _fn_modes = torch._C._len_torch_function_stack
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _TorchFunctionMode = torch.overrides.TorchFunctionMode
+_tm_start, _tm_stop, _tm_is_tracing = tracemalloc.start, tracemalloc.stop, tracemalloc.is_tracing
+_tm_traced, _tm_reset_peak = tracemalloc.get_traced_memory, tracemalloc.reset_peak
+_is_wrapped, _unwrapped = torch._C._functorch.is_functorch_wrapped_tensor, torch._C._functorch.get_unwrapped
 
 _THIS_FILE = os.path.abspath(__file__)
 _TFMLIB_DIR = os.path.dirname(_THIS_FILE) + os.sep
@@ -213,26 +219,72 @@ def _code(f):
     return getattr(f, "__code__", None)
 
 
-#: group name -> (builtin names that must not be called, Python functions whose code must not run).
-#: Builtins are matched by name (``torch.layer_norm``, ``torch._C._nn.scaled_dot_product_attention``
-#: and aten ops called through ``torch.ops`` alike); Python functions by their code object.
-SHORTCUTS = {
+#: The library shortcuts, listed once for both checks: group name -> (names of PyTorch built-ins and aten
+#: ops that must not be called, dotted names of the Python functions and classes that implement what the
+#: exercises ask for).  This module forbids calling them while a learner's function runs (``SHORTCUTS``
+#: below); the grader's scan (``scripts/grading/scan.py``) refuses every one of these names in an answer.
+#: Built-ins are matched by name (``torch.layer_norm``, ``torch._C._nn.scaled_dot_product_attention`` and
+#: aten ops called through ``torch.ops`` alike); Python functions by their code object, and a class by the
+#: code of every function it defines (constructing it counts as calling it).
+SHORTCUT_POLICY = {
     "sdpa": ({"scaled_dot_product_attention", "_scaled_dot_product_attention_math",
               "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
               "_scaled_dot_product_efficient_attention", "_native_multi_head_attention",
               "_transformer_encoder_layer_fwd"},
-             [F.multi_head_attention_forward, nn.MultiheadAttention.forward, nn.MultiheadAttention.__init__]),
+             ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.multi_head_attention_forward",
+              "torch.nn.MultiheadAttention")),
     "layer_norm": ({"layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "batch_norm",
-                    "native_batch_norm", "_batch_norm_impl_index", "instance_norm"},
-                   [F.layer_norm, nn.LayerNorm.forward, F.group_norm, F.batch_norm, F.instance_norm]),
+                    "native_batch_norm", "_batch_norm_impl_index", "instance_norm", "rms_norm", "_fused_rms_norm"},
+                   ("torch.nn.functional.layer_norm", "torch.nn.functional.group_norm",
+                    "torch.nn.functional.batch_norm", "torch.nn.functional.instance_norm",
+                    "torch.nn.functional.rms_norm", "torch.nn.LayerNorm", "torch.nn.GroupNorm", "torch.nn.RMSNorm")),
     "rnn": ({"rnn_tanh", "rnn_tanh_cell", "rnn_relu", "rnn_relu_cell", "gru", "gru_cell", "lstm", "lstm_cell"},
-            [nn.RNN.forward, nn.RNNCell.forward, nn.GRU.forward, nn.LSTM.forward, nn.GRUCell.forward,
-             nn.LSTMCell.forward]),
-    "transformer": (set(), [nn.TransformerEncoderLayer.forward, nn.TransformerDecoderLayer.forward,
-                            nn.Transformer.generate_square_subsequent_mask]),
+            ("torch.nn.RNN", "torch.nn.RNNCell", "torch.nn.GRU", "torch.nn.GRUCell", "torch.nn.LSTM",
+             "torch.nn.LSTMCell")),
+    "transformer": (set(), ("torch.nn.Transformer", "torch.nn.TransformerEncoder", "torch.nn.TransformerDecoder",
+                            "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer")),
     # every function defined in the tfmlib package (except this module)
-    "tfmlib": (set(), []),
+    "tfmlib": (set(), ()),
 }
+
+
+def _resolve_dotted(path):
+    """The object ``path`` names ('torch.nn.MultiheadAttention'), from the longest importable module on."""
+    parts = path.split(".")
+    for i in range(_len(parts), 0, -1):
+        try:
+            obj = __import__(".".join(parts[:i]), fromlist=["_"])
+        except ImportError:
+            continue
+        for p in parts[i:]:
+            obj = getattr(obj, p)
+        return obj
+    raise ImportError(path)
+
+
+def _functions_of(obj):
+    """The Python functions to forbid for one shortcut: a function itself; a class's own functions."""
+    if not _isinstance(obj, _type):
+        return [obj] if _code(obj) is not None else []
+    found = []
+    for value in vars(obj).values():
+        value = getattr(value, "__func__", value)          # staticmethod / classmethod
+        if _isinstance(value, types.FunctionType):
+            found.append(value)
+    return found
+
+
+#: group name -> (built-in names that must not be called, Python functions whose code must not run),
+#: resolved from ``SHORTCUT_POLICY`` when this module is imported (before any learner code runs).
+SHORTCUTS = {group: (set(names), [f for path in paths for f in _functions_of(_resolve_dotted(path))])
+             for group, (names, paths) in SHORTCUT_POLICY.items()}
+
+
+def shortcut_names():
+    """Every name the scan refuses as a library shortcut: the built-ins and the last part of each dotted
+    name (``MultiheadAttention``, ``layer_norm`` ...)."""
+    return {n for names, paths in SHORTCUT_POLICY.values() for n in (*names, *(p.rsplit(".", 1)[1] for p in paths))}
+
 
 _LABELS = {}
 for _group, (_names, _funcs) in SHORTCUTS.items():
@@ -326,34 +378,119 @@ def call(fn, *args, forbid=("tfmlib",), allow=(), **kwargs):
     return run() if _MODE is None else _MODE.record((args, kwargs), run)
 
 
+def _true_numel(t):
+    """Elements of ``t``, or of the batch it stands for inside ``torch.func.vmap`` / ``grad`` (the wrapped tensor)."""
+    for _ in _range(16):
+        if not _is_wrapped(t):
+            break
+        t = _unwrapped(t)
+    return _numel(t), _tuple(_shape_of(t))
+
+
+def _tensors_in(value, depth=0):
+    """The tensors in an operation's arguments or result: the value itself, or inside tuples, lists and dicts."""
+    if _isinstance(value, _Tensor):
+        yield value
+    elif depth < 3 and _type(value) in (tuple, list):
+        for v in value:
+            yield from _tensors_in(v, depth + 1)
+    elif depth < 3 and _type(value) is dict:
+        for v in value.values():
+            yield from _tensors_in(v, depth + 1)
+
+
 class _PeakNumel(_TorchFunctionMode):
+    """While active, remembers the largest tensor any torch function or method returned *or was given*: a tensor
+    made by a path that is not a torch function (a legacy constructor, a storage, ``torch.from_numpy``) is seen as
+    soon as an operation uses it, and inside ``torch.func.vmap`` the whole batch counts."""
+
     def __init__(self):
         super().__init__()
         self.peak, self.where = 0, None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        for t in (out if _isinstance(out, (tuple, list)) else (out,)):
-            if _isinstance(t, _Tensor) and _numel(t) > self.peak:
-                self.peak, self.where = _numel(t), (getattr(func, "__name__", str(func)), _tuple(_shape_of(t)))
+        for t in _tensors_in((out, args, kwargs or {})):
+            n, shape = _true_numel(t)
+            if n > self.peak:
+                self.peak, self.where = n, (getattr(func, "__name__", str(func)), shape)
         return out
 
 
-def peak_numel(fn, *args, forbid=("tfmlib",), **kwargs):
-    """Run ``fn`` like ``call`` and also return the largest number of elements of any tensor a torch
-    operation returned while it ran: ``(result, peak, (op name, shape))``."""
-    if _MODE is not None and _MODE.replaying:
-        return _MODE.record(((args, kwargs), "peak_numel"))
+class _TracedPeak:
+    """While active, the largest number of bytes that Python objects and NumPy arrays (which report their data
+    to ``tracemalloc``) allocated since entry held at once: ``self.peak``."""
 
-    def run():
-        mode = _PeakNumel()
-        with mode:
-            with forbid_shortcuts(*forbid):
-                result = fn(*args, **kwargs)
-        return result, mode.peak, mode.where
+    def __enter__(self):
+        self.started = not _tm_is_tracing()
+        if self.started:
+            _tm_start()
+        else:
+            _tm_reset_peak()
+        self.base = _tm_traced()[0]
+        self.peak = 0
+        return self
+
+    def __exit__(self, *exc):
+        self.peak = _max(0, _tm_traced()[1] - self.base)
+        if self.started:
+            _tm_stop()
+        return False
+
+
+def peak_memory(fn, *args, forbid=("tfmlib",), **kwargs):
+    """Run ``fn`` like ``call`` and measure the memory it uses, whatever library it computes with:
+    ``(result, usage)``, where ``usage`` is a dict of
+
+    - ``numel``, ``op``, ``shape``: the largest tensor a torch function or method returned or was given while
+      ``fn`` ran (its number of elements, the operation, its shape);
+    - ``traced_bytes``: the most bytes that NumPy arrays and Python objects (lists, floats, ...) allocated during
+      the call held at once, measured with ``tracemalloc`` (0 if ``fn`` used torch alone).
+
+    ``assert_memory_below`` compares it with a limit.  While a notebook is graded the result and the usage are
+    recorded in the learner's kernel and the comparison is replayed by the grader (``tfmlib.trace``)."""
+    if _MODE is not None and _MODE.replaying:
+        return _MODE.record(((args, kwargs), "peak_memory"))
     if not callable(fn):
         raise CheckFailure(f"{fn!r} is not a function; run the cell that defines it first")
-    return run() if _MODE is None else _MODE.record(((args, kwargs), "peak_numel"), run)
+
+    def run():
+        mode, traced = _PeakNumel(), _TracedPeak()
+        with mode:
+            with forbid_shortcuts(*forbid):
+                with traced:
+                    result = fn(*args, **kwargs)
+        op, shape = mode.where if mode.where is not None else (None, [])
+        return result, {"numel": mode.peak, "op": op, "shape": list(shape), "traced_bytes": traced.peak}
+    return run() if _MODE is None else _MODE.record(((args, kwargs), "peak_memory"), run)
+
+
+def peak_numel(fn, *args, forbid=("tfmlib",), **kwargs):
+    """``peak_memory`` reduced to the largest tensor: ``(result, numel, (op name, shape))``.  It does not see
+    NumPy or Python allocations; graded memory tests use ``peak_memory`` and ``assert_memory_below``."""
+    result, usage = peak_memory(fn, *args, forbid=forbid, **kwargs)
+    return result, usage["numel"], (usage["op"], _tuple(usage["shape"]))
+
+
+def assert_memory_below(name, usage, numel, nbytes, numel_is="", nbytes_is="", hint=None):
+    """``usage`` (from ``peak_memory``) is within both limits: the largest tensor has at most ``numel`` elements
+    and the NumPy arrays and Python objects held at once take at most ``nbytes`` bytes.
+    ``numel_is`` and ``nbytes_is`` say in words what each limit stands for (e.g. "the full score matrix")."""
+    __tracebackhide__ = True
+    _no_modes(name)
+    fields = ("numel", "traced_bytes")
+    if _type(usage) is not dict or any(_type(usage.get(f)) is not int or usage[f] < 0 for f in fields):
+        _fail(name, "the memory it used was not measured (the measurement is missing or malformed)", hint)
+    if usage["numel"] > numel:
+        shape = usage.get("shape")
+        shape = _tuple(shape) if _type(shape) is list else "?"
+        _fail(name, f"it built a tensor too large for block-by-block work: the largest tensor a torch operation "
+                    f"created or used had {usage['numel']:,} elements (operation {usage.get('op')!s}, shape "
+                    f"{shape}); the limit is {numel:,}" + (f" ({numel_is})." if numel_is else "."), hint)
+    if usage["traced_bytes"] > nbytes:
+        _fail(name, f"it held too much memory outside torch: the NumPy arrays and Python objects (lists, floats) "
+                    f"alive at once while it ran took {usage['traced_bytes']:,} bytes, measured with tracemalloc; "
+                    f"the limit is {nbytes:,} bytes" + (f" ({nbytes_is})." if nbytes_is else "."), hint)
 
 
 def unpack(name, result, n):
@@ -377,7 +514,7 @@ def _begin_test(cell_id):
 
 
 def _replay(records):
-    """Context manager of the grader: ``call`` and ``peak_numel`` serve ``records`` instead of running code."""
+    """Context manager of the grader: ``call`` and ``peak_memory`` serve ``records`` instead of running code."""
     global _MODE
     previous, _MODE = _MODE, _trace.Replayer(records)
     try:

@@ -18,6 +18,12 @@ so the diagnosis never calls a learner function: during grading the same cell ru
 where ``check.call`` replays the recorded results.  A diagnosis only changes the message of a failure that
 ``tfmlib.checking`` has already decided; it never turns a pass into a failure or back.
 
+A test of a function that is built on another graded function (self_attention on scaled_dot_product_attention,
+decoder_block on layer_norm, ...) also hands ``For(...).relies_on`` what the learner's own dependency returned
+on the inputs a correct caller gives it, with the trusted result; a failure then names that dependency, "fix ...
+first", only when it is wrong on those inputs, and says it is the only cause when the result is exactly what a
+correct function built on it returns.
+
 tests/test_feedback.py writes each catalogued mistake into the learner's notebook and checks that the first
 failing test names it.  This module imports torch and the standard library only.
 """
@@ -1365,13 +1371,31 @@ class For:
     def __init__(self, function, result, **inputs):
         self.function, self.result, self.inputs = function, result, inputs
         self.key = _remember(function, result, inputs)
+        self.dependencies, self.composed = {}, None
+
+    def relies_on(self, checks, composed=None):
+        """Declare the learner's own functions this one is built on, checked on this test's inputs.
+
+        ``checks``: {function name: (what the learner's function returned on the inputs a correct caller hands
+        it, or None when it raised; the trusted result for those inputs)}.  ``composed``: what a correct
+        implementation of this function returns when built on the learner's own functions (None: unknown).
+        A later failure names a dependency that is wrong on these inputs and says to fix it first
+        (``fix_first``).  Returns self."""
+        self.dependencies, self.composed = dict(checks), composed
+        return self
 
     def _run(self, comparison, name, *args, **kwargs):
         __tracebackhide__ = True
         try:
             comparison(name, *args, **kwargs)
         except check.CheckFailure as failure:
-            raise explain(failure, name, diagnose(self.function, self.result, self.key, **self.inputs)) from None
+            wrong = [f for f, (got, expected) in self.dependencies.items() if not _agrees(got, expected)]
+            cause = ("unknown" if self.composed is None
+                     else "only" if _agrees(self.result, self.composed, exact=True) else "also")
+            if wrong and cause == "only":
+                raise fix_first(failure, name, self.function, wrong, cause) from None
+            explained = explain(failure, name, diagnose(self.function, self.result, self.key, **self.inputs))
+            raise (fix_first(explained, name, self.function, wrong, cause) if wrong else explained) from None
 
     def assert_close(self, name, got, expected, atol=None, rtol=None):
         __tracebackhide__ = True
@@ -1404,6 +1428,50 @@ def explain(failure, name, mistake):
     else:
         new = check.CheckFailure(f"{name}: {mistake.sentence}\n  The line involved:  {mistake.line}\n  {numbers}")
     new.mistake = None if mistake is None else mistake.name
+    return new
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Fix first: a failure caused by another of the learner's functions (``For.relies_on``)
+# ---------------------------------------------------------------------------------------------------------
+def _agrees(got, expected, exact=False):
+    """True when ``got`` passes the tests' comparison with ``expected`` (tuples and lists item by item, numbers
+    by value).  Not ``exact``: a float32 result may differ by 1e-4, so a rounding difference never counts as a
+    wrong dependency."""
+    if _type(expected) in (tuple, list):
+        return (_type(got) in (tuple, list) and len(got) == len(expected)
+                and all(_agrees(g, e, exact) for g, e in zip(got, expected)))
+    if _type(expected) is not _Tensor:
+        return _same(got, expected)
+    loose = not exact and expected.dtype == torch.float32
+    try:
+        check.assert_close("dependency", got, expected, atol=1e-4 if loose else None, rtol=1e-3 if loose else None)
+    except check.CheckFailure:
+        return False
+    return True
+
+
+def fix_first(failure, name, function, wrong, cause="unknown"):
+    """A CheckFailure that names the learner's functions ``wrong`` (wrong on this test's inputs) to fix first.
+
+    ``cause``: "only" when ``function`` returned exactly what a correct ``function`` returns on top of them (they
+    are the whole cause); "also" when it did not (``function`` has a mistake of its own too, which ``failure``
+    names if it is known); "unknown" when the test cannot tell."""
+    names = " and ".join(wrong)
+    verb, it = ("are", "them") if len(wrong) > 1 else ("is", "it")
+    text = str(failure)
+    rest = text[len(name) + 2:] if text.startswith(f"{name}: ") else text
+    if cause == "only":
+        sentence = (f"{function} gives a wrong result only because your {names} {verb} wrong on these inputs: "
+                    f"fix {names} first.")
+    elif cause == "also":
+        sentence = (f"your {names} {verb} wrong on these inputs too, and {function} is built on {it}: "
+                    f"fix {names} first, then {function}.")
+    else:
+        sentence = f"your {names} {verb} wrong on these inputs, and {function} is built on {it}: fix {names} first."
+    new = check.CheckFailure(f"{name}: {sentence}\n  {rest}")
+    new.mistake = None if cause == "only" else getattr(failure, "mistake", None)
+    new.fix_first = list(wrong)
     return new
 
 

@@ -33,7 +33,8 @@ class _Stub:
 
 
 def called_names(sources: list[str]) -> set[str]:
-    """Names passed as the function to ``check.call`` / ``check.peak_numel`` in the test cells."""
+    """Names passed as the function to ``check.call`` / ``check.peak_memory`` / ``check.peak_numel`` in the
+    test cells."""
     names = set()
     for src in sources:
         try:
@@ -42,7 +43,7 @@ def called_names(sources: list[str]) -> set[str]:
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                    node.func.attr in ("call", "peak_numel") and node.args and isinstance(node.args[0], ast.Name):
+                    node.func.attr in ("call", "peak_numel", "peak_memory") and node.args and isinstance(node.args[0], ast.Name):
                 names.add(node.args[0].id)
     return names
 
