@@ -8,8 +8,11 @@ and N jobs (N: the number of cores), one batch per assignment and job count.
 
 Prints, per job count, the wall time, submissions per minute and the speed-up over one job (measured in
 the same run), whether every outcome was as expected (correct: full marks; wrong or hostile: less) and
-whether the grades are identical to those of one job; then the projected wall time of a class of 1,200
-submissions on 1, 2, 4, 8 and 16 such machines (``--shard``), from the fastest job count.  The whole
+whether the grades are identical to those of one job, the seconds per submission per core (the median of
+the submissions that did not time out, and the core-seconds of the whole run per submission) and the wall
+time of 1,200 submissions on this machine; then the projected wall time of a class of 1,200
+submissions on 1, 2, 4, 8 and 16 such machines (``--shard``), from the fastest job count.  The grader's
+check of each assignment's solution (``scripts/grading/selfcheck.py``) is done before the timed runs.  The whole
 class takes about 40 minutes on a 2-core machine; not run by the tests (tests/test_grading.py and
 tests/test_grading_scale.py grade their own classes).
 """
@@ -19,6 +22,7 @@ import argparse
 import csv
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -81,6 +85,13 @@ def same_grades(a: dict[str, dict], b: dict[str, dict]) -> bool:
     return strip(a) == strip(b)
 
 
+def per_core(rows: dict[str, dict], wall: float, jobs: int, cores: int) -> tuple[float, float]:
+    """(median seconds of one submission that did not time out, as its worker measured it: one core each
+    while jobs <= cores; the core-seconds per submission of the whole run: wall time x cores used / count)."""
+    own = [float(r["seconds"]) for r in rows.values() if r["status"] not in ("timed out", "invalid notebook")]
+    return (statistics.median(own) if own else float("nan")), wall * min(jobs, cores) / max(len(rows), 1)
+
+
 def projection(per_minute: float, size: int = CLASS_SIZE, machines=MACHINES) -> list[tuple[int, float]]:
     """(machines, minutes) to grade ``size`` submissions when each machine grades ``per_minute``."""
     return [(m, size / (per_minute * m)) for m in machines]
@@ -103,6 +114,9 @@ def main(argv=None) -> int:
     n = len(expected)
     print(f"{n} submissions of {len(args.assignments)} assignment(s) in {course}; {cores} cores; "
           f"load average {os.getloadavg()[0]:.1f} before the runs")
+    for a in args.assignments:      # the grader's check of each solution, once, before the timed runs
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "grading" / "selfcheck.py"), "--course", str(course),
+                        "--assignment", a], env=env, check=True, capture_output=True)
     results, failed = {}, False
     for jobs in args.jobs:
         wall, rows = grade_all(course, args.assignments, jobs, env)
@@ -114,6 +128,10 @@ def main(argv=None) -> int:
               f"{results[args.jobs[0]][0] / wall:4.2f}x the speed of {args.jobs[0]} job(s)  "
               f"(wall {wall / results[args.jobs[0]][0]:4.2f}x)  unexpected outcomes: {wrong or 'none'}  "
               f"grades identical to {args.jobs[0]} job(s): {'yes' if same else 'NO'}", flush=True)
+        median, core_seconds = per_core(rows, wall, jobs, cores)
+        print(f"          per submission per core: median {median:.2f} s (those that did not time out), "
+              f"{core_seconds:.2f} core-seconds over the whole run; {CLASS_SIZE} submissions on this machine: "
+              f"{CLASS_SIZE / (n / wall * 60):.0f} min", flush=True)
     best = min(results, key=lambda j: results[j][0])
     rate = n / results[best][0] * 60
     print(f"projected wall time for {CLASS_SIZE} submissions at {rate:.1f} per minute per machine "

@@ -24,8 +24,14 @@ load never changes a score.
 
 Writes ``<out>/grades.csv`` (student_id, score, max_score, status, reason — one row per submission, in
 student order, the same with any --jobs or --shard) once every submission is graded, and
-``<out>/reports/<student>.json``; prints a summary with the seconds per submission.
-Statuses: graded, flagged, timed out, crashed, invalid notebook.
+``<out>/reports/<student>.json``; prints a summary with the seconds per submission.  With grades.csv, for
+the instructor and changing no score (``scripts/grading/class_report.py``): copy detection (columns
+``similar_to`` and ``similarity``, ``similarity.csv``, ``similarity.html``) and the class's mistakes per graded
+function (``mistakes.csv``, ``mistakes.png``).
+Statuses: graded, flagged, timed out, crashed, invalid notebook, environment error (a read-only setup
+cell failed before any learner code ran: not scored, graded again by the next run).  Before the batch the
+grader grades the assignment's own solution (``scripts/grading/selfcheck.py``) and grades nothing if that
+does not get full marks.
 """
 from __future__ import annotations
 
@@ -60,6 +66,8 @@ def check_submission(folder: Path, expected: list[str]) -> str | None:
         return f"missing notebook {', '.join(missing)}{hint}"
     for name in expected:
         path = folder / name
+        if path.is_symlink():       # it would be graded as whatever it points to (a solution, another's work)
+            return f"{name} is a link to {os.readlink(path)[:200]}, not a notebook file"
         try:
             nb = nbformat.read(path, as_version=4)
             nbformat.validate(nb)
@@ -110,7 +118,11 @@ def status_of(result: dict, report: dict) -> tuple[str, str]:
     executions = [nb.get("execution", "ok") for nb in report.values()]
     flags = [f for nb in report.values()
              for f in nb.get("forged", []) + nb.get("flags", []) + nb.get("attempts", [])
-             + nb.get("verification", [])]
+             + nb.get("verification", []) + nb.get("withheld", [])]
+    flags = list(dict.fromkeys(flags))      # a submission's files are reported once per notebook
+    setup = [nb["setup_error"] for nb in report.values() if nb.get("setup_error")]
+    if setup:       # the environment's failure, not the learner's: never scored (selfcheck.SetupCheck)
+        return "environment error", "; ".join(setup + flags)
     if not result.get("success"):
         error = (result.get("error") or result.get("log") or "").strip().splitlines()
         return "crashed", "nbgrader could not grade it: " + (error[-1] if error else "unknown error")
@@ -178,10 +190,12 @@ class State:
         except (OSError, ValueError):
             return None
 
-    def mark_done(self, student: str, row: dict, fp: str, saved: bool = True, too_busy: bool = False) -> None:
-        """``saved``: the grade is in the gradebook; ``too_busy``: the machine was too loaded to grade it
-        (a re-run grades it again)."""
-        self._write(f"{student}.done", {"row": row, "fingerprint": fp, "saved": saved, "too_busy": too_busy})
+    def mark_done(self, student: str, row: dict, fp: str, saved: bool = True, too_busy: bool = False,
+                  env_error: bool = False) -> None:
+        """``saved``: the grade is in the gradebook; ``too_busy``: the machine was too loaded to grade it;
+        ``env_error``: its setup cell failed (the environment's fault).  A re-run grades either again."""
+        self._write(f"{student}.done", {"row": row, "fingerprint": fp, "saved": saved, "too_busy": too_busy,
+                                        "env_error": env_error})
         (self.folder / f"{student}.started").unlink(missing_ok=True)
 
 
@@ -278,10 +292,19 @@ def grade_one(student: str, fp: str, regraded: str = "") -> dict:
            "seconds": round(time.monotonic() - start, 2)}
     (out / "reports").mkdir(parents=True, exist_ok=True)
     (out / "reports" / f"{student}.json").write_text(json.dumps(
-        {**row, "retried": retried, "regraded": regraded, "nbgrader_log": (result.get("log") or "")[-4000:]},
-        indent=1))
-    state.mark_done(student, row, fp, saved=bool(result.get("success")), too_busy=bool(why))
+        {**row, "retried": retried, "regraded": regraded, "files": submitted_files(report_file),
+         "nbgrader_log": (result.get("log") or "")[-4000:]}, indent=1))
+    state.mark_done(student, row, fp, saved=bool(result.get("success")), too_busy=bool(why),
+                    env_error=status == "environment error")
     return row
+
+
+def submitted_files(report_file: Path) -> dict:
+    """What the learner submitted beside the notebook (``SandboxedExecute``): ``withheld`` (flagged: code,
+    links, hidden files; never reached the kernel) and ``stray`` (listed only: checkpoints, data)."""
+    report = json.loads(report_file.read_text()) if report_file.exists() else {}
+    return {"withheld": sorted({w for nb in report.values() for w in nb.get("withheld", [])}),
+            "stray": sorted({f for nb in report.values() for f in nb.get("stray_files", [])})}
 
 
 def print_row(row: dict) -> None:
@@ -311,7 +334,7 @@ def plan(students: list[str], fps: dict[str, str], state: State, in_gradebook: s
     for s in students:
         done = state.done(s)
         valid = done is not None and done["fingerprint"] == fps[s] and not done.get("too_busy") and (
-            not done.get("saved", True) or s in in_gradebook)
+            not done.get("saved", True) or s in in_gradebook) and not done.get("env_error")
         if valid and not regrade:
             continue
         todo.append(s)
@@ -323,6 +346,8 @@ def plan(students: list[str], fps: dict[str, str], state: State, in_gradebook: s
             regraded[s] = "the submission, the assignment or the configuration changed since it was graded"
         elif done is not None and done.get("too_busy"):
             regraded[s] = "the grading machine was too busy to grade it last time"
+        elif done is not None and done.get("env_error"):
+            regraded[s] = "its setup cell failed last time (an environment error)"
         elif done is not None:
             regraded[s] = "its grade was missing from the gradebook"
     return todo, regraded
@@ -394,6 +419,11 @@ def grade(course: Path, assignment: str, out: Path, only: list[str] | None = Non
         # about 25): N kernels at once get N kernels' worth.
         os.environ["GRADER_NPROC"] = str(NPROC_PER_KERNEL * jobs)
     os.chdir(course)
+    sys.path.insert(0, str(HERE / "grading"))
+    from lifetime import end_leftovers
+    ended = end_leftovers(course)       # sandboxes a killed run of this course left running (lifetime.py)
+    if ended:
+        print(f"ended {len(ended)} grading process(es) left running by an earlier run that was killed", flush=True)
     coursedir = api_from_config(load_config(course, extra_config, db_url))[1]
     expected = expected_notebooks(course, coursedir.source_directory, assignment)
     if not expected:
@@ -424,13 +454,22 @@ def grade(course: Path, assignment: str, out: Path, only: list[str] | None = Non
     print(f"{f'shard {shard[0]}/{shard[1]}: ' if shard else ''}{len(mine)} submissions, {len(mine) - len(todo)} "
           f"already graded, {len(todo)} to grade with {jobs} job(s)"
           + (f"; {len(regraded)} graded again" if regraded else ""), flush=True)
+    if todo:        # the grader grades the solution first; SystemExit with the reason if it fails
+        sys.path.insert(0, str(HERE / "grading"))
+        from selfcheck import ensure
+        ensure(course, assignment, extra_config)
     start = time.monotonic()
     rows, died = run_batch(todo, fps, regraded, jobs, settings)
     wall = time.monotonic() - start
     for s, why in sorted(regraded.items()):
         print(f"re-graded {s}: {why}")
-    write_run_report(out, assignment, shard, jobs, mine, todo, rows, regraded, died, wall)
+    write_run_report(out, assignment, shard, jobs, mine, todo, rows, regraded, died, wall, ended)
     complete = write_grades(out, students, mine, fps, state, shard)
+    if students and all(s in complete for s in students):   # copy detection and the class's mistakes
+        sys.path.insert(0, str(HERE / "grading"))
+        from class_report import write_class_reports
+        write_class_reports(course, assignment, out, students, submitted, coursedir.source_directory,
+                            coursedir.autograded_directory)
     if rows:
         seconds = [r["seconds"] for r in rows]
         print(f"{len(rows)} submissions of {assignment} graded in {wall:.1f} s with {jobs} job(s): median "
@@ -441,9 +480,11 @@ def grade(course: Path, assignment: str, out: Path, only: list[str] | None = Non
 
 
 def write_run_report(out: Path, assignment: str, shard, jobs: int, mine: list[str], todo: list[str],
-                     rows: list[dict], regraded: dict[str, str], died: str, wall: float) -> None:
+                     rows: list[dict], regraded: dict[str, str], died: str, wall: float,
+                     ended: list[str] = ()) -> None:
     """``run-report.json`` (``run-report-I-of-N.json`` for a shard): what this run graded, skipped (done
-    before), graded again and why, retried because the machine was overloaded, and whether a worker died."""
+    before), graded again and why, retried because the machine was overloaded, whether a worker died, and
+    the processes an earlier, killed run had left running that this one ended (``ended_leftovers``)."""
     retried = [r["student_id"] for r in rows
                if json.loads((out / "reports" / f"{r['student_id']}.json").read_text()).get("retried")]
     name = f"run-report-{shard[0]}-of-{shard[1]}.json" if shard else "run-report.json"
@@ -451,7 +492,7 @@ def write_run_report(out: Path, assignment: str, shard, jobs: int, mine: list[st
         "assignment": assignment, "shard": f"{shard[0]}/{shard[1]}" if shard else None, "jobs": jobs,
         "submissions": len(mine), "graded": sorted(r["student_id"] for r in rows),
         "skipped": sorted(set(mine) - set(todo)), "regraded": regraded, "retried": sorted(retried),
-        "worker_died": died, "wall_seconds": round(wall, 1)}, indent=1))
+        "worker_died": died, "ended_leftovers": list(ended), "wall_seconds": round(wall, 1)}, indent=1))
 
 
 def write_grades(out: Path, students: list[str], mine: list[str], fps: dict[str, str], state: State,

@@ -340,6 +340,24 @@ def test_class_statuses_and_reasons(graded_class):
 
 
 @pytest.mark.slow
+def test_class_reports_copy_detection_and_mistakes(graded_class):
+    """grades.csv gains the closest source and its similarity; every assignment gets similarity.html and the
+    class mistake report (CSV + figure); a verbatim copy of the solution is flagged, its score unchanged."""
+    course, rows = graded_class["course"], graded_class["rows"]
+    assert all("similar_to" in r and "similarity" in r for r in rows.values())
+    for a in ASSIGNMENTS:
+        folder = course / "grading" / a
+        for name in ("similarity.csv", "similarity.html", "mistakes.csv", "mistakes.png"):
+            assert (folder / name).stat().st_size > 0, (a, name)
+        with open(folder / "mistakes.csv") as f:
+            kinds = {r["kind"] for r in csv.DictReader(f)}
+        assert {"failed", "no named cause", "flagged for similarity"} <= kinds, a
+    plain = rows["03c0-correct-plain"]
+    assert "solutions/03_self_attention: scaled_dot_product_attention" in plain["similar_to"]
+    assert float(plain["similarity"]) >= 0.9 and float(plain["score"]) == float(plain["max_score"])
+
+
+@pytest.mark.slow
 def test_class_nobody_else_is_touched(graded_class):
     before, after = set(graded_class["snapshot"]), set(graded_class["after"])
     assert before <= after, "grading the gradebook attacker changed other students' grade rows"

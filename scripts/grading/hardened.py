@@ -7,7 +7,10 @@ applies it too.  It changes only the ``Autograde`` converter and the grading pre
 
 Sanitising: clear outputs, drop nbgrader metadata the gradebook does not know, restore every read-only
 and test cell from the gradebook, scan the learner's cells (flagged cells are withheld).  Autograding: run in the sandbox kernel (``SandboxedExecute``), decide
-every test again outside the learner's process (``VerifyOutside``), cap output, save the grades.  Reports
+every test again outside the learner's process (``VerifyOutside``), stop a submission whose read-only setup
+cell failed before any learner code ran (``selfcheck.SetupCheck``), cap output, save the grades.  Before the
+first submission of an assignment, the grader grades the assignment's own solution and stops if that does not
+get full marks (``selfcheck.pre_convert_hook``).  Reports
 go to ``$GRADER_REPORTS`` (default ``<course root>/grading/reports``), never inside a learner's folder.
 """
 from __future__ import annotations
@@ -22,16 +25,20 @@ def configure_autograde(c) -> None:
 
     from preprocessors import (CapOutput, SandboxedExecute, ScanSubmission, StderrToStdout, StripForgedMetadata,
                                VerifyOutside)
+    from selfcheck import SetupCheck, pre_convert_hook
 
     c.Autograde.sanitize_preprocessors = [
         ClearOutput, DeduplicateIds, OverwriteKernelspec, StripForgedMetadata, OverwriteCells, ScanSubmission,
         CheckCellMetadata]
     c.Autograde.autograde_preprocessors = [
-        SandboxedExecute, VerifyOutside, StderrToStdout, CapOutput, ClearMetadataPreprocessor, LimitOutput,
+        SandboxedExecute, VerifyOutside, SetupCheck, StderrToStdout, CapOutput, ClearMetadataPreprocessor, LimitOutput,
         SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
     c.OverwriteCells.add_missing_cells = True
+    # The grader grades the assignment's own solution first (once per assignment and process) and stops if it
+    # does not get full marks; a submission whose read-only setup cell failed is not scored (selfcheck.py).
+    c.Autograde.pre_convert_hook = pre_convert_hook
     if os.environ.get("GRADER_REPORTS"):     # default: <course root>/grading/reports
-        for name in ("StripForgedMetadata", "ScanSubmission", "SandboxedExecute", "VerifyOutside"):
+        for name in ("StripForgedMetadata", "ScanSubmission", "SandboxedExecute", "VerifyOutside", "SetupCheck"):
             c[name].report_directory = os.environ["GRADER_REPORTS"]
     c.SandboxedExecute.timeout = int(os.environ.get("GRADER_CELL_TIMEOUT", 30))
     c.SandboxedExecute.interrupt_on_timeout = False   # a stuck kernel is stopped, not interrupted

@@ -11,9 +11,9 @@ get less than full marks).
 Correct styles: the answers as written; the answers reformatted with comments stripped, extra
 learner cells that print and warn, and a deleted test cell; the answers inside a notebook saved
 with other JSON formatting; every style of ``styles.STYLES``.  Wrong: the unanswered release; one
-answer broken.  Hostile: more than 60 attacks in seven classes (tampering with the checks, obfuscation,
-import tricks, output forgery, resource exhaustion, files and the gradebook, parse tricks), each paired
-with wrong answers so that it would only score if it worked.
+answer broken.  Hostile: more than 75 attacks in eight classes (code that runs from data, tampering
+with the checks, obfuscation, import tricks, output forgery, resource exhaustion, files and the
+gradebook, parse tricks), each paired with wrong answers so that it would only score if it worked.
 """
 from __future__ import annotations
 
@@ -130,6 +130,56 @@ _OS = "def _g():\n    yield\n_os = _g().gi_frame.f_builtins['__import__']('os')\
 _CHECKS = ("assert_close", "assert_equal", "assert_tensor", "assert_true", "assert_number")
 
 
+# Code that runs from data: text an allowed-looking library call evaluates, or objects it loads by name.
+# Each would switch the shortcut check off, reach PyTorch's own attention or the checks, with no dunder.
+_SDPA = "torch.nn.functional.scaled_dot_product_attention"
+CODE_FROM_DATA = {
+    "type-hints-sys-modules": (   # the reported attack: get_type_hints evaluates the annotation
+        "import typing\n\ndef _hint(x: \"typing.sys.modules['tfmlib.checking']\"):\n    return x\n\n"
+        "_c = typing.get_type_hints(_hint)['x']\n_c.assert_close = lambda *a, **k: None\n"),
+    "type-hints-profile-off": (
+        "from typing import get_type_hints\n\ndef _off(x: 'typing.sys.setprofile(None)'):\n    return x\n\n"
+        "def scaled_dot_product_attention(q, k, v, mask=None):\n    get_type_hints(_off)\n"
+        f"    return {_SDPA}(q, k, v), None\n"),
+    "future-annotations": (
+        "from __future__ import annotations\nimport typing\n\n"
+        "def _f(x: typing.sys.modules['tfmlib.checking']):\n    return x\n\n"
+        "typing.get_type_hints(_f)['x'].assert_close = print\n"),
+    "singledispatch-register": (
+        "import functools\nimport typing\n\n@functools.singledispatch\ndef _d(x):\n    return x\n\n"
+        "@_d.register\ndef _(x: 'typing.sys.setprofile(None) or int'):\n    return x\n"),
+    "singledispatchmethod": (
+        "from functools import singledispatchmethod\n\nclass _K:\n    @singledispatchmethod\n"
+        "    def m(self, x):\n        return x\n\n    @m.register\n    def _(self, x: 'exec(\"check.assert_close = print\")'):\n"
+        "        return x\n"),
+    "forward-ref": (
+        "import typing\n_r = typing.ForwardRef(\"typing.sys.modules['tfmlib.checking']\")\n"
+        "_c = typing._eval_type(_r, globals(), None)\n"),
+    "namedtuple-hints": (
+        "import typing\n\nclass _P(typing.NamedTuple):\n    x: \"typing.sys.setprofile(None) or int\"\n\n"
+        "typing.get_type_hints(_P)\n"),
+    "dataclass-hints": (
+        "import dataclasses\nimport typing\n\n@dataclasses.dataclass\nclass _Cfg:\n"
+        "    heads: \"typing.sys.setprofile(None) or int\" = 2\n\ntyping.get_type_hints(_Cfg)\n"),
+    "typeddict-hints": (
+        "from typing import TypedDict, get_type_hints\n\nclass _T(TypedDict):\n"
+        "    x: \"typing.sys.modules['tfmlib.checking']\"\n\nget_type_hints(_T)['x'].assert_close = print\n"),
+    "annotation-exec-string": (   # no library call at all: the annotation string itself is code
+        "def causal_mask(n: \"exec('check.assert_close = print')\"):\n    return n\n"),
+    "module-alias-own-attribute": (   # a module bound to a plain name, and a class attribute of the same name
+        "import typing\n\nclass _Helper:\n    get_type_hints = None\n\n_t = typing\n\n"
+        "def _h(x: 'int'):\n    return x\n\n_t.get_type_hints(_h)\n"),
+    "storage-type-import": (   # a storage's type() imports any module by name
+        "import torch\n_s = torch.zeros(1).untyped_storage()\n_m = _s.type('tfmlib.checking')\n"),
+    "torch-serialization": (
+        "import torch\n_obj = torch.serialization.load('/tmp/payload.pt', weights_only=False)\n"),
+    "numpy-pickle": ("import numpy as np\n_obj = np.load('/tmp/payload.npy', allow_pickle=True)\n"),
+    "operator-attrgetter": (
+        "import operator\n_get = operator.attrgetter('sys.modules')\n_mods = _get(__import__('typing'))\n"),
+    "torch-hub": ("import torch\n_m = torch.hub.load('owner/repo', 'model', trust_repo=True)\n"),
+}
+
+
 def attacks(course: Path, assignment: str, first_student: str) -> dict[str, tuple[str, str]]:
     """``{kind: (code, expect)}``: hostile code appended to an all-wrong submission.  ``expect`` is
     ``"flag"`` (the scan must flag it) or ``"less"`` (it must score less than full marks; resource
@@ -243,6 +293,7 @@ def attacks(course: Path, assignment: str, first_student: str) -> dict[str, tupl
         "carriage-returns": ("x = 1\rcheck.assert_close = " + _NOOP, "flag"),
         "continuation": ("_y = 1 + \\\n    2\ncheck \\\n    .assert_close = " + _NOOP, "flag"),
     }
+    a.update({kind: (code, "flag") for kind, code in CODE_FROM_DATA.items()})
     return a
 
 

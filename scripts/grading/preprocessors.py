@@ -35,6 +35,8 @@ from kernelspec import KERNEL_NAME, write_kernelspec
 from scan import scan_cells
 
 from sandbox_kernel import AUDIT_MARK, TRACE_NAME, WATCH_ENV, read_regular  # noqa: E402
+from lifetime import OWNER_ENV, end_leftovers, owner_tag  # noqa: E402
+from submission_files import flag_message, submission_view, write_allowed  # noqa: E402
 UNSAFE_ENV = "TFMLIB_GRADING_UNSAFE"
 NO_BWRAP = ("the grading sandbox needs bubblewrap, which is not installed on this machine. Install it "
             "(Debian/Ubuntu: sudo apt-get install bubblewrap; Fedora: sudo dnf install bubblewrap), or, only if "
@@ -189,15 +191,22 @@ class SandboxedExecute(Execute):
         workdir = Path((resources or {}).get("metadata", {}).get("path") or ".").resolve()
         # The audit hook of the kernel reports files opened in the course outside the learner's own folder.
         watch = {str(Path.cwd().resolve())} | ({str(workdir.parents[2])} if len(workdir.parents) > 2 else set())
-        write_kernelspec(self._private / "jupyter", sandboxed=sandboxed, env={WATCH_ENV: os.pathsep.join(watch)})
+        self._end_leftovers(workdir)
+        write_kernelspec(self._private / "jupyter", sandboxed=sandboxed,
+                         env={WATCH_ENV: os.pathsep.join(watch), OWNER_ENV: owner_tag(self._course_root(workdir))})
         (self._private / "run").mkdir(mode=0o700)
+        # Only the files the assignment released reach the kernel; what else was submitted is reported.
+        allowed, withheld, stray = submission_view(self.config, resources or {}, workdir)
+        write_allowed(self._private, allowed)
+        record(self.report_directory, resources, "withheld", [flag_message(withheld)] if withheld else [])
+        record(self.report_directory, resources, "stray_files", stray)
         (workdir / TRACE_NAME).unlink(missing_ok=True)      # only what this run records counts
         try:
             nb, resources = super().preprocess(nb, resources, km)
             attempts = audit_reports(self._private / "audit.log")
             # The sandboxed kernel worked in a private copy of workdir ("work", see sandbox_kernel.py); the
             # trace is read from there, as data, whatever the kernel left in its place (link, FIFO, ...).
-            kernel_dir = self._private / "work" if sandboxed else workdir
+            kernel_dir = self._private / "work"       # the unsandboxed kernel works in such a copy too
             resources["tfmlib_trace"] = read_regular(kernel_dir / TRACE_NAME, TRACE_LIMIT)
             if not sandboxed:
                 (workdir / TRACE_NAME).unlink(missing_ok=True)
@@ -206,6 +215,22 @@ class SandboxedExecute(Execute):
         record(self.report_directory, resources, "execution", self._stopped or "ok")
         record(self.report_directory, resources, "attempts", attempts)
         return nb, resources
+
+    _leftovers_ended = False        # once per process: sandboxes a killed grader of this course left running
+
+    def _course_root(self, workdir: Path) -> str:
+        from nbgrader.coursedir import CourseDirectory
+        root = CourseDirectory(config=self.config).root
+        return root if Path(root, "nbgrader_config.py").exists() or len(workdir.parents) <= 2 else str(workdir.parents[2])
+
+    def _end_leftovers(self, workdir: Path) -> None:
+        if SandboxedExecute._leftovers_ended:
+            return
+        SandboxedExecute._leftovers_ended = True
+        ended = end_leftovers(self._course_root(workdir))
+        if ended:
+            self.log.warning("ended %d grading process(es) left running by a grader of this course that had "
+                             "stopped: %s", len(ended), "; ".join(ended))
 
     def create_kernel_manager(self):
         from jupyter_client.kernelspec import KernelSpecManager

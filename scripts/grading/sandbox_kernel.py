@@ -5,7 +5,8 @@ Used as the ``argv`` of the ``tfmlib-sandbox`` kernel spec that the grading conf
 
 - sees only the system's programs and libraries, the Python installation, the course library
   ``tfmlib`` (read-only) and its own working folder, plus a private ``/tmp``.  The working folder is a
-  private *copy* of the student's ``autograded/<student>/<assignment>`` (``scratch_folder``), mounted at
+  private *copy* of the student's ``autograded/<student>/<assignment>`` (``scratch_folder``) holding only
+  the files the assignment released (``make_scratch``, ``submission_files.py``), mounted at
   that folder's path: nothing the kernel writes, links or replaces there is ever touched by the grader,
   which keeps running as root after the kernel ends (it reads back only the trace, see ``read_regular``);
 - has no network (a new, empty network namespace), its own process and IPC namespaces, and no
@@ -24,6 +25,9 @@ import shutil
 import stat
 import sys
 from pathlib import Path
+
+from library_view import grader_view
+from lifetime import die_with_grader
 
 TRACE_ENV = "TFMLIB_GRADING_TRACE"          # see tfmlib/trace.py
 TRACE_NAME = ".tfmlib-grading-trace.jsonl"
@@ -127,7 +131,7 @@ def python_binds() -> list[str]:
     import tfmlib
 
     paths = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), sys.prefix,
-             str(Path(tfmlib.__file__).resolve().parent)}
+             str(Path(tfmlib.__file__).resolve().parent), *grader_view().binds}   # see library_view.py
     args = []
     for p in sorted(paths, key=len):
         if not p.startswith("/usr/"):
@@ -161,6 +165,8 @@ def bwrap_command(connection_file: str, workdir: str, audit_fd: int = 2, scratch
         TRACE_ENV: os.path.join(workdir, TRACE_NAME),   # tfmlib.checking records the learner's results here
         WATCH_ENV: os.environ.get(WATCH_ENV, ""), OWN_ENV: own_folders(workdir), FD_ENV: str(audit_fd),
     }
+    if grader_view().pythonpath:    # the course library where the grader found it (library_view.py)
+        env["PYTHONPATH"] = os.pathsep.join(grader_view().pythonpath)
     # New network, process, IPC and host-name namespaces; a user namespace only when not root
     # (as root, setpriv below drops to an unprivileged user instead).
     cmd = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -194,10 +200,15 @@ def scratch_folder(connection_file: str) -> Path:
 
 
 def make_scratch(connection_file: str, workdir: str) -> str:
-    """A fresh copy of ``workdir`` (links copied as links, never followed) for the kernel to work in."""
+    """A fresh folder for the kernel to work in, holding copies of only the files of ``workdir`` that the
+    assignment released (the allow-list ``SandboxedExecute`` wrote beside the logs; without one, the
+    notebooks): whatever else a learner submitted never reaches the kernel (``submission_files.py``)."""
+    from submission_files import copy_allowed, read_allowed
+
     scratch = scratch_folder(connection_file)
     shutil.rmtree(scratch, ignore_errors=True)     # a restarted kernel starts from the submission again
-    shutil.copytree(workdir, scratch, symlinks=True)
+    scratch.mkdir(mode=0o700)
+    copy_allowed(Path(workdir), scratch, read_allowed(Path(log_folder(connection_file)), Path(workdir)))
     os.chmod(scratch, 0o700)
     return str(scratch)
 
@@ -214,9 +225,13 @@ def hand_over(connection_file: str, scratch: str) -> None:
 
 def unsandboxed(connection_file: str, workdir: str) -> None:
     """The instructor's explicit opt-out (``TFMLIB_GRADING_UNSAFE=1``): a plain kernel that still records
-    the learner's results for the verdicts outside it, but with no confinement at all."""
+    the learner's results for the verdicts outside it, but with no confinement at all.  It too works in a
+    copy holding only the released files (nothing else submitted is on its import path), but it runs with
+    the grader's rights and can open any file by its path."""
+    workdir = make_scratch(connection_file, workdir)
+    os.chdir(workdir)
     env = {**os.environ, TRACE_ENV: os.path.join(workdir, TRACE_NAME), OWN_ENV: own_folders(workdir),
-           FD_ENV: str(open_audit_log(connection_file))}
+           FD_ENV: str(open_audit_log(connection_file)), "PWD": workdir}
     log_to_private_folder(connection_file)
     os.execve(sys.executable, [sys.executable, "-c", AUDIT_LAUNCHER, "-f", connection_file,
                                "--HistoryManager.hist_file=:memory:"], env)
@@ -257,7 +272,7 @@ def own_folders(workdir: str) -> str:
     import tfmlib
 
     paths = [workdir, sys.prefix, os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix),
-             str(Path(tfmlib.__file__).resolve().parent)]
+             str(Path(tfmlib.__file__).resolve().parent), *grader_view().binds]
     return os.pathsep.join(paths)
 
 
@@ -288,6 +303,7 @@ def log_to_private_folder(connection_file: str) -> None:
 def main(argv: list[str]) -> None:
     if len(argv) not in (2, 3) or (len(argv) == 3 and argv[1] != "--unsandboxed"):
         raise SystemExit("usage: sandbox_kernel.py [--unsandboxed] CONNECTION_FILE")
+    die_with_grader()       # the kernel never outlives the grader that started it (lifetime.py)
     if len(argv) == 3:
         unsandboxed(os.path.abspath(argv[2]), os.getcwd())
     if shutil.which("bwrap") is None:

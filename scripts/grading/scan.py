@@ -1,16 +1,25 @@
 """Static check of a learner's code, run in the grader's process before anything executes.
 
-An allow-list, not a deny-list.  Each learner cell (answer cells and any cell the learner added) is turned
-into plain Python exactly as the kernel would turn it (IPython's own input transformer, so magics and shell
-escapes become the ``get_ipython()`` calls they really are) and parsed.  Then every name and attribute it
-uses must be one of:
+An allow-list of capabilities, not of whatever a module happens to contain.  Each learner cell (answer cells
+and any cell the learner added) is turned into plain Python exactly as the kernel would turn it (IPython's
+own input transformer, so magics and shell escapes become the ``get_ipython()`` calls they really are) and
+parsed.  Then every name and attribute it uses must be one of:
 
 - a name the learner's own code binds (a function, a parameter, a local or top-level variable, a helper);
 - an allowed built-in (``len``, ``range``, ``sum``, ``print``, exceptions …), see ``ALLOWED_BUILTINS``;
-- a module from ``ALLOWED_MODULES`` (``torch`` and its tensor packages, ``math``, ``numpy`` …) or a public
-  attribute of one that is not itself another module nor one of ``FORBIDDEN_ATTRIBUTES`` (the library
-  implementations of what the exercises ask for) or ``DANGEROUS_ATTRIBUTES`` (files, hooks, compilers …);
+- a module of the reviewed allow-list ``allowlist.json`` (``torch`` and its tensor packages, ``math``,
+  ``numpy``, ``typing`` …), used by name (``torch.zeros``, not ``t = torch``), and only the names that list
+  gives for it: nothing is admitted because it exists in a module (``policy.py`` reads the list, and its
+  lock pins what each name refers to in the installed packages);
+- on a value, an attribute of the list's ``value_attributes`` (tensors, PyTorch modules, arrays, Python's
+  values) or one the answer defines, never one of its ``refused_attributes`` (storages, loaders, hooks …);
 - a name the notebook's read-only cells bind, except the checking module ``check``.
+
+No code from data: a string in an annotation is what ``typing.get_type_hints`` would ``eval``, so it is
+parsed and checked like code (a string that is not Python is flagged); the helpers that evaluate strings or
+load serialised objects (``get_type_hints``, ``ForwardRef``, ``singledispatch``, ``torch.load`` …) are not on
+the list.  The library shortcuts come from ``tfmlib.checking.SHORTCUT_POLICY``, the list the in-kernel check
+uses too.
 
 Everything else is flagged: any dunder (``__class__``, ``__dict__`` …), reflection (``getattr``, ``vars``,
 ``globals``, ``exec``, ``eval``, ``compile``, ``type``, ``sys.modules``, ``importlib`` …), files, processes and
@@ -27,17 +36,14 @@ import ast
 import builtins
 import importlib
 import re
-import types
 from dataclasses import dataclass
 
+import policy as _policy
+from tfmlib.checking import shortcut_names
+
+POLICY = _policy.load()
 # Modules (full dotted names) an answer may import or use.
-ALLOWED_MODULES = {
-    "torch", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.linalg", "torch.fft", "torch.special",
-    "torch.autograd", "torch.func", "torch.distributions", "torch.random",
-    "math", "cmath", "numpy", "numpy.linalg", "numpy.random", "numpy.fft", "typing", "__future__", "functools",
-    "itertools", "collections", "dataclasses", "random", "statistics", "numbers", "fractions", "warnings",
-    "scipy", "scipy.optimize", "scipy.special", "scipy.stats", "scipy.linalg",
-}
+ALLOWED_MODULES = set(POLICY.modules)
 ALLOWED_BUILTINS = {
     "abs", "all", "any", "bool", "callable", "chr", "complex", "dict", "divmod", "enumerate", "filter", "float",
     "format", "frozenset", "int", "isinstance", "issubclass", "iter", "len", "list", "map", "max", "min", "next",
@@ -47,62 +53,22 @@ ALLOWED_BUILTINS = {
     "AssertionError", "ZeroDivisionError", "ArithmeticError", "OverflowError", "StopIteration", "LookupError",
     "AttributeError", "Warning", "UserWarning", "RuntimeWarning", "DeprecationWarning",
 }
-# Library implementations of what the exercises ask the learner to write.
-FORBIDDEN_ATTRIBUTES = {
-    "scaled_dot_product_attention", "_scaled_dot_product_attention", "multi_head_attention_forward",
-    "MultiheadAttention", "Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer",
-    "TransformerEncoder", "TransformerDecoder", "layer_norm", "LayerNorm", "native_layer_norm", "group_norm",
-    "GroupNorm", "RMSNorm", "rms_norm", "RNN", "RNNCell", "rnn_tanh", "rnn_tanh_cell", "GRU", "GRUCell", "LSTM",
-    "LSTMCell", "generate_square_subsequent_mask",
-}
-# Files, processes, compilers, hooks and global switches, whatever object they hang on.
-DANGEROUS_ATTRIBUTES = {
-    "save", "load", "from_file", "tofile", "fromfile", "memmap", "loadtxt", "savetxt", "genfromtxt", "savez",
-    "savez_compressed", "fromregex", "DataSource", "hub", "jit", "ops", "library", "utils", "package", "compile",
-    "cpp_extension", "classes", "overrides", "multiprocessing", "distributed", "f2py", "ctypeslib", "lib",
-    "testing", "distutils", "core", "show_config", "modules", "builtins", "globals", "system", "popen",
-}
-DANGEROUS_PREFIXES = ("register_", "set_default", "_")
+# Library implementations of what the exercises ask the learner to write: the one policy of
+# tfmlib.checking (SHORTCUT_POLICY), which the in-kernel check enforces too.
+FORBIDDEN_ATTRIBUTES = shortcut_names()
 # Frames, code objects and tracebacks: they reach the notebook's globals and built-ins without a dunder.
 FRAME_ATTRIBUTES = {
     "gi_frame", "gi_code", "gi_yieldfrom", "gi_suspended", "cr_frame", "cr_code", "cr_await", "cr_origin",
     "ag_frame", "ag_code", "ag_await", "f_globals", "f_locals", "f_builtins", "f_back", "f_code", "f_lasti",
     "f_trace", "f_lineno", "tb_frame", "tb_next", "tb_lasti", "tb_lineno", "func_globals", "func_code",
 }
-
-
-def _public_attributes(*objects) -> set[str]:
-    return {a for obj in objects for a in dir(obj) if not a.startswith("_")}
-
-
-def _allowed_attributes() -> set[str]:
-    """Attribute names an answer may use on values that are not modules: the public attributes of the types
-    the exercises work with (tensors, PyTorch modules and their small helper types, NumPy arrays, Python's
-    numbers, strings and containers).  Anything else on a value (a generator's frame, a function's code …)
-    is flagged; the answer's own attributes are added per notebook (``_Context.own_attributes``)."""
-    import collections
-    import dataclasses
-    import functools
-
-    import numpy
-    import torch
-
-    nn = torch.nn
-    values = [torch.Tensor, torch.randn(1), nn.Parameter(torch.zeros(1)), torch.Size([1]), torch.float32,
-              torch.finfo(torch.float32), torch.iinfo(torch.int64), torch.device("cpu"), torch.Generator(),
-              torch.zeros(2).max(0), nn.Module(), nn.Linear(1, 1), nn.Embedding(1, 1), nn.Dropout(),
-              nn.ModuleList(), nn.ModuleDict(), nn.ParameterList(), nn.Sequential(), nn.ReLU(), nn.GELU(),
-              nn.Softmax(dim=-1), torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1),
-              numpy.ndarray, numpy.zeros(1), numpy.float64(1.0), numpy.dtype("float64"),
-              int, float, complex, bool, str, bytes, list, tuple, dict, set, frozenset, range(1), slice(1),
-              Exception("x"), property(), functools.partial(print), collections.OrderedDict(),
-              collections.defaultdict(list), collections.Counter(), collections.deque(),
-              collections.namedtuple("T", "a b")(1, 2)]
-    fields = dataclasses.fields(dataclasses.make_dataclass("D", ["a"]))
-    return (_public_attributes(*values) | _public_attributes(*fields)) - FRAME_ATTRIBUTES - DANGEROUS_ATTRIBUTES
-
-
-ALLOWED_ATTRIBUTES = _allowed_attributes()
+# Attributes refused on any value, even where the answer defines one of the same name.
+DANGEROUS_ATTRIBUTES = set(POLICY.refused_attributes) | FRAME_ATTRIBUTES
+DANGEROUS_PREFIXES = ("register_", "set_default")
+# Attribute names an answer may use on values: the reviewed list (allowlist.json "value_attributes").
+ALLOWED_ATTRIBUTES = set(POLICY.value_attributes) - DANGEROUS_ATTRIBUTES
+# Private attributes of the reviewed value types: never admitted, even if the answer defines one so named.
+LIBRARY_PRIVATE_ATTRIBUTES = _policy.library_private_attributes()
 ALLOWED_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module", "torch.autograd.Function",
                  "torch.autograd.function.Function"}
 ALLOWED_DUNDER_DEFS = {"__init__", "__call__", "__repr__"}
@@ -261,10 +227,6 @@ def _module_attr(path: str):
     return None
 
 
-def _module_name(obj) -> str | None:
-    return obj.__name__ if isinstance(obj, types.ModuleType) else None
-
-
 # --- the check --------------------------------------------------------------------------------------------
 class _Scope:
     def __init__(self, node, kind, names, declared_global):
@@ -278,6 +240,8 @@ class _Checker(ast.NodeVisitor):
         self.cell, self.ctx = cell, context
         self.flags: list[Flag] = []
         self.stack: list[_Scope] = []
+        self.annotation_depth = 0
+        self.attribute_bases: set[int] = set()    # ids of Name/Attribute nodes used as the base of an attribute
 
     def flag(self, node, reason):
         self.flags.append(Flag(self.cell, getattr(node, "lineno", 1), reason))
@@ -336,14 +300,59 @@ class _Checker(ast.NodeVisitor):
             self.visit(default)
         for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs + [node.args.vararg, node.args.kwarg]:
             if a is not None and a.annotation is not None:
-                self.visit(a.annotation)
+                self.visit_annotation(a.annotation)
             if a is not None and a.arg.startswith("__"):
                 self.flag(node, f"uses the dunder name '{a.arg}'")
         if node.returns is not None:
-            self.visit(node.returns)
+            self.visit_annotation(node.returns)
         self._enter(node, "function", node.body)
 
     visit_AsyncFunctionDef = visit_FunctionDef
+
+    # annotations: what typing.get_type_hints would evaluate is checked like code ---------------------------
+    def visit_AnnAssign(self, node):
+        self.visit(node.target)
+        self.visit_annotation(node.annotation)
+        if node.value is not None:
+            self.visit(node.value)
+
+    def visit_annotation(self, node):
+        """An annotation: its expression is code (as written, or postponed by ``from __future__ import
+        annotations``), and each string in it is code too, evaluated later in the notebook's globals."""
+        self.annotation_depth += 1
+        try:
+            self.visit(node)
+        finally:
+            self.annotation_depth -= 1
+
+    def _string_annotation(self, node):
+        """A string inside an annotation: parse it and check it as an expression of the module's scope,
+        where ``get_type_hints`` would evaluate it; a string that is not one expression is flagged."""
+        if self.annotation_depth > 4:
+            self.flag(node, "nests string annotations too deeply to check")
+            return
+        try:
+            expr = ast.parse(node.value.strip(), mode="eval").body
+        except (SyntaxError, ValueError):
+            self.flag(node, f"has the string annotation {node.value[:40]!r}, which is not a Python expression; "
+                            f"annotations are checked like code")
+            return
+        for child in ast.walk(expr):     # report at the annotation's line
+            if hasattr(child, "lineno"):
+                child.lineno = node.lineno
+        stack, self.stack = self.stack, self.stack[:1]
+        try:
+            self.visit_annotation(expr)
+        finally:
+            self.stack = stack
+
+    def _is_literal(self, node) -> bool:
+        """``Literal[...]`` (typing's): its strings are values, not annotations."""
+        path = self._dotted(node) if isinstance(node, ast.Attribute) else None
+        if isinstance(node, ast.Name):
+            what = self._binding(node.id)
+            path = what[7:] if what.startswith("import:") else None
+        return path == "typing.Literal"
 
     def visit_Lambda(self, node):
         for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
@@ -405,10 +414,6 @@ class _Checker(ast.NodeVisitor):
                 self.flag(node, f"'from {module} import *' hides which names are used")
                 continue
             self._check_attr_name(node, a.name, f"{module}.{a.name}", module_root=True)
-            obj = _module_attr(f"{module}.{a.name}")
-            sub = _module_name(obj)
-            if sub is not None and sub not in ALLOWED_MODULES:
-                self.flag(node, f"imports the module '{sub}', which answers may not use")
             self._check_store_name(node, *_imported(a, module))
 
     def visit_Call(self, node):
@@ -433,10 +438,14 @@ class _Checker(ast.NodeVisitor):
             self._check_store_name(node, name)
             return
         where = self.resolve(name)
+        what = self._binding(name)
+        if what.startswith("import:") and what[7:] in ALLOWED_MODULES and id(node) not in self.attribute_bases:
+            self.flag(node, f"uses the module '{name}' as a value; use what it offers by name "
+                            f"('{name}.<name>'), so that the scan can check each name")
         if where == "setup":
             what = self.ctx.setup[name]
             if what.startswith("import:") and what[7:] not in ALLOWED_MODULES and \
-                    _module_name(_module_attr(what[7:])) is None and not self._allowed_import_value(what[7:]):
+                    not self._allowed_import_value(what[7:]):
                 self.flag(node, f"uses '{name}' (the notebook's {what[7:]}), which answers may not use; "
                                 f"the checking helpers are for the tests only")
         elif where == "test" and self.in_function():
@@ -456,8 +465,17 @@ class _Checker(ast.NodeVisitor):
                 self.flag(node, f"uses '{name}', which is neither defined in your answers nor allowed in them")
 
     def _allowed_import_value(self, path: str) -> bool:
-        """A name the read-only cells imported from an allowed module (e.g. ``from math import sqrt``)."""
-        return path.rsplit(".", 1)[0] in ALLOWED_MODULES
+        """A name the read-only cells imported from an allowed module and on its list (``from math import sqrt``)."""
+        parent, _, name = path.rpartition(".")
+        return POLICY.admits(parent, name)
+
+    def _binding(self, name: str) -> str:
+        """What the name is bound to where it is used ('import:<path>', 'def', 'value'), or ''."""
+        where = self.resolve(name)
+        table = self.ctx.learner_top if where == "module" else self.ctx.setup if where == "setup" else {}
+        if where == "local":
+            table = next((s.names for s in reversed(self.stack) if name in s.names), {})
+        return table.get(name, "")
 
     def _check_store_name(self, node, name, what=None):
         if name.startswith("__"):
@@ -479,11 +497,7 @@ class _Checker(ast.NodeVisitor):
             node = node.value
         if not isinstance(node, ast.Name):
             return None
-        where = self.resolve(node.id)
-        table = self.ctx.learner_top if where == "module" else self.ctx.setup if where == "setup" else None
-        if where == "local":
-            table = next((s.names for s in reversed(self.stack) if node.id in s.names), {})
-        what = (table or {}).get(node.id, "")
+        what = self._binding(node.id)
         if not what.startswith("import:"):
             return None
         return ".".join([what[7:]] + attrs[::-1])
@@ -492,31 +506,58 @@ class _Checker(ast.NodeVisitor):
         attr = node.attr
         path = self._dotted(node)
         self._check_attr_name(node, attr, path, module_root=path is not None)
-        if path is not None and path.rsplit(".", 1)[0] in ALLOWED_MODULES:
-            sub = _module_name(_module_attr(path))
-            if sub is not None and sub not in ALLOWED_MODULES:
-                self.flag(node, f"uses the module '{sub}', which answers may not use")
+        if path in ALLOWED_MODULES and id(node) not in self.attribute_bases and isinstance(node.ctx, ast.Load):
+            self.flag(node, f"uses the module '{path}' as a value; use what it offers by name, so that the scan "
+                            f"can check each name")
         if isinstance(node.ctx, (ast.Store, ast.Del)):
             self._check_attr_store(node)
+        self.attribute_bases.add(id(node.value))
         self.visit(node.value)
 
     def _check_attr_name(self, node, attr, path, module_root):
-        shown = path or attr
-        if attr.startswith("__") and not (attr == "__init__" and self._is_super_init(node)):
+        if attr == "__init__" and self._is_super_init(node):
+            return
+        if attr.startswith("__"):
             self.flag(node, f"uses '{attr}' (dunder attributes are reflection, not allowed in answers)")
         elif attr in FRAME_ATTRIBUTES:
             self.flag(node, f"uses '{attr}' (frames, code objects and tracebacks are reflection, not allowed "
                             f"in answers)")
-        elif not module_root and attr not in ALLOWED_ATTRIBUTES and attr not in self.ctx.own_attributes \
-                and attr != "__init__":
+        elif module_root and path.rpartition(".")[0] in ALLOWED_MODULES:
+            self._check_module_name(node, path)
+        else:
+            self._check_value_attribute(node, attr, path or attr)
+
+    def _check_module_name(self, node, path):
+        """``module.name`` for an allowed module: admitted only if the reviewed list names it."""
+        module, _, name = path.rpartition(".")
+        if POLICY.admits(module, name):
+            return
+        if name in FORBIDDEN_ATTRIBUTES:
+            self.flag(node, f"uses '{path}', a library implementation of what the exercise asks for")
+        elif name.startswith("_"):
+            self.flag(node, f"uses '{path}', a private part of a library")
+        elif path in POLICY.refused:
+            self.flag(node, f"uses '{path}', which {POLICY.refused[path]}; answers may not use it")
+        else:
+            self.flag(node, f"uses '{path}', which is not on the course's list of what answers may use from "
+                            f"'{module}' (scripts/grading/allowlist.json, reviewed by the instructor)")
+
+    def _check_value_attribute(self, node, attr, shown):
+        """An attribute of a value: on the reviewed list or the answer's own, never a refused one."""
+        if attr in DANGEROUS_ATTRIBUTES or attr.startswith(DANGEROUS_PREFIXES):
+            why = POLICY.refused_attributes.get(attr, "hooks and global switches")
+            self.flag(node, f"uses '{shown}' ({why}: not allowed in answers)")
+        elif attr in FORBIDDEN_ATTRIBUTES and attr not in self.ctx.learner_attributes:
+            self.flag(node, f"uses '{shown}', a library implementation of what the exercise asks for")
+        elif attr.startswith("_") and attr in LIBRARY_PRIVATE_ATTRIBUTES:
+            self.flag(node, f"uses '{shown}', a private attribute of tensors, modules or arrays (private parts "
+                            f"of libraries are not allowed in answers; name your own attributes otherwise)")
+        elif attr.startswith("_") and attr not in self.ctx.learner_attributes:
+            self.flag(node, f"uses '{shown}', a private attribute the answer does not define itself "
+                            f"(private parts of libraries are not allowed in answers)")
+        elif attr not in ALLOWED_ATTRIBUTES and attr not in self.ctx.own_attributes:
             self.flag(node, f"uses the attribute '{attr}', which is not one of a tensor, a PyTorch module, an "
                             f"array, a number, a string or a container, nor one the answer defines")
-        elif attr in FORBIDDEN_ATTRIBUTES:
-            self.flag(node, f"uses '{shown}', a library implementation of what the exercise asks for")
-        elif attr in DANGEROUS_ATTRIBUTES or any(attr.startswith(p) for p in DANGEROUS_PREFIXES[:2]):
-            self.flag(node, f"uses '{shown}' (files, hooks, compilers and global switches are not allowed in answers)")
-        elif attr.startswith("_") and module_root:
-            self.flag(node, f"uses '{shown}', a private part of a library")
 
     def _is_super_init(self, node) -> bool:
         v = getattr(node, "value", None)
@@ -536,6 +577,9 @@ class _Checker(ast.NodeVisitor):
                         f"objects through self)")
 
     def visit_Subscript(self, node):
+        if self.annotation_depth and self._is_literal(node.value):
+            self.visit(node.value)       # Literal["mean", "sum"]: values, not annotations
+            return
         if isinstance(node.ctx, (ast.Store, ast.Del)):
             root = node
             while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
@@ -551,7 +595,9 @@ class _Checker(ast.NodeVisitor):
     visit_Nonlocal = visit_Global
 
     def visit_Constant(self, node):
-        if isinstance(node.value, str) and _FORMAT_FIELD.search(node.value):
+        if isinstance(node.value, str) and self.annotation_depth:
+            self._string_annotation(node)
+        elif isinstance(node.value, str) and _FORMAT_FIELD.search(node.value):
             self.flag(node, "a format string reaches into an attribute or item starting with '_' (reflection)")
         elif isinstance(node.value, str) and _DUNDER_STRING.fullmatch(node.value) and node.value != "__main__":
             self.flag(node, f"uses the string '{node.value}', the name of a dunder (reflection by name)")
@@ -568,6 +614,7 @@ class _Context:
         self.protected = dict(self.setup)
         self.protected.update({k: v for k, v in self.tests.items() if v != "value"})
         self.own_attributes: set[str] = set()     # attributes the answer or the notebook's cells define or use
+        self.learner_attributes: set[str] = set()  # attributes the answer itself defines
 
 
 def own_attributes(trees) -> set[str]:
@@ -629,7 +676,8 @@ def scan_cells(learner: dict[int, str], setup: list[str], tests: list[str], grad
         for name, what in bound_names(tree).items():
             learner_top.setdefault(name, what)
     ctx = _Context(_names_of(setup), _names_of(tests), learner_top, set(graded_names))
-    ctx.own_attributes = own_attributes(trees.values()) | _used_attributes(setup + tests)
+    ctx.learner_attributes = own_attributes(trees.values())
+    ctx.own_attributes = ctx.learner_attributes | _used_attributes(setup + tests)
     for index, tree in trees.items():
         checker = _Checker(index, ctx)
         checker.run(tree)

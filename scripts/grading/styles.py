@@ -142,6 +142,108 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     return out, weights
 ''',
         },
+        "future-annotations-typing": {
+            "sdpa": '''from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor,
+                                 mask: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """Postponed annotations: at run time each one is a string."""
+    scores: Tensor = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+        scores = scores.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    weights: Tensor = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights * mask
+    return weights @ v, weights
+''',
+            "causal": '''def causal_mask(n: int) -> "torch.Tensor":
+    """A string (forward-reference) annotation."""
+    return torch.arange(n)[None, :] <= torch.arange(n)[:, None]
+''',
+            "self_attention": '''from typing import Literal, Union
+
+import torch
+
+
+def self_attention(x: torch.Tensor, W_q: torch.Tensor, W_k: torch.Tensor, W_v: torch.Tensor,
+                   mask: Union[torch.Tensor, None] = None, how: Literal["matmul", "einsum"] = "matmul"):
+    project = (lambda w: x @ w) if how == "matmul" else (lambda w: torch.einsum("...td,de->...te", x, w))
+    return scaled_dot_product_attention(project(W_q), project(W_k), project(W_v), mask)
+''',
+        },
+        "dataclass-helper-class": {
+            "sdpa": '''import math
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Scores:
+    """Attention scores and the mask that goes with them."""
+    values: torch.Tensor
+    mask: "torch.Tensor | None" = None
+    notes: list = field(default_factory=list)
+
+    def masked(self) -> "Scores":
+        if self.mask is None:
+            return self
+        filled = self.values.masked_fill(~self.mask, -math.inf)
+        filled = filled.masked_fill(~self.mask.any(dim=-1, keepdim=True), 0.0)
+        return Scores(filled, self.mask, self.notes + ["masked"])
+
+
+class Softmax:
+    """A small helper class (not an nn.Module) with a method and a class attribute."""
+    dim = -1
+
+    def __call__(self, s: torch.Tensor) -> torch.Tensor:
+        e = torch.exp(s - s.amax(dim=self.dim, keepdim=True))
+        return e / e.sum(dim=self.dim, keepdim=True)
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = Scores(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), mask).masked()
+    weights = Softmax()(scores.values)
+    if mask is not None:
+        weights = torch.where(mask, weights, torch.zeros_like(weights))
+    return weights @ v, weights
+''',
+            "causal": '''class _Masks:
+    @staticmethod
+    def causal(n):
+        return torch.tril(torch.ones(n, n)).bool()
+
+
+def causal_mask(n):
+    return _Masks.causal(n)
+''',
+            "self_attention": '''from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Projections:
+    W_q: "torch.Tensor"
+    W_k: "torch.Tensor"
+    W_v: "torch.Tensor"
+
+    def apply(self, x):
+        return x @ self.W_q, x @ self.W_k, x @ self.W_v
+
+
+def self_attention(x, W_q, W_k, W_v, mask=None):
+    q, k, v = Projections(W_q, W_k, W_v).apply(x)
+    return scaled_dot_product_attention(q, k, v, mask)
+''',
+        },
     },
     "04_multi_head": {
         "reshape-permute": {

@@ -1,0 +1,158 @@
+#!/usr/bin/env python
+"""Where the seconds go when the hardened pipeline grades one submission.
+
+    python scripts/grading/profile_grading.py COURSE ASSIGNMENT [--students a,b,...] [--markdown]
+
+Grades the given submissions (default: all of ``submitted/*/ASSIGNMENT``) one after the other in this process,
+exactly as a ``scripts/grade.py`` worker does (the course's configuration, one NbGraderAPI), with timers
+around the phases of nbgrader, the sandboxed kernel and the replay, and prints the median seconds per
+submission of each phase.  The submissions should not time out (a 30-second limit would dominate).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+PHASES = [
+    ("setup", "nbgrader set-up per submission (gradebook: student, submission; files copied)"),
+    ("sanitise", "sanitising: restore cells from the gradebook, scan the learner's code"),
+    ("launch", "kernel launch: private folder, kernel spec, copy of the folder, bubblewrap"),
+    ("ready", "kernel ready: a fresh Python and ipykernel start in the sandbox"),
+    ("setup_cell", "the read-only setup cell: torch and tfmlib imported in the sandbox"),
+    ("cells", "the learner's cells and the tests"),
+    ("shutdown", "kernel shutdown"),
+    ("replay", "the replay of the tests outside the kernel"),
+    ("save", "saving the grades in the gradebook"),
+    ("other", "other nbgrader work (converter, notebook read and write, other preprocessors)"),
+]
+
+
+class Timers:
+    """Seconds per phase of the submission being graded."""
+
+    def __init__(self):
+        self.now: dict[str, float] = defaultdict(float)
+
+    def wrap(self, owner, name: str, phase):
+        """Time ``owner.name`` into ``phase`` (a name, or a function of the call's arguments)."""
+        original = getattr(owner, name)
+        timers = self
+
+        def key(args):
+            return phase(*args) if callable(phase) else phase
+
+        if asyncio.iscoroutinefunction(original):
+            @functools.wraps(original)
+            async def timed(*args, **kwargs):
+                start = time.perf_counter()
+                try:
+                    return await original(*args, **kwargs)
+                finally:
+                    timers.now[key(args)] += time.perf_counter() - start
+        else:
+            @functools.wraps(original)
+            def timed(*args, **kwargs):
+                start = time.perf_counter()
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    timers.now[key(args)] += time.perf_counter() - start
+        setattr(owner, name, timed)
+
+
+def cell_phase(self, cell, resources, index) -> str:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return "setup_cell" if meta.get("locked") and not meta.get("grade") and not meta.get("solution") else "cells"
+
+
+def instrument(timers: Timers) -> None:
+    from nbclient import NotebookClient
+    from nbgrader.converters.autograde import Autograde
+    from nbgrader.preprocessors import OverwriteCells, SaveAutoGrades
+
+    import preprocessors
+
+    timers.wrap(Autograde, "init_assignment", "setup")
+    for cls in (preprocessors.StripForgedMetadata, OverwriteCells, preprocessors.ScanSubmission):
+        timers.wrap(cls, "preprocess", "sanitise")
+    timers.wrap(preprocessors.SandboxedExecute, "preprocess", "execute")
+    # The synchronous wrappers (nbclient's run_sync keeps a reference to the coroutine functions).
+    timers.wrap(NotebookClient, "start_new_kernel", "launch")
+    timers.wrap(NotebookClient, "start_new_kernel_client", "ready")
+    timers.wrap(preprocessors.SandboxedExecute, "preprocess_cell", cell_phase)
+    timers.wrap(NotebookClient, "_cleanup_kernel", "shutdown")
+    timers.wrap(preprocessors.VerifyOutside, "preprocess", "replay")
+    timers.wrap(SaveAutoGrades, "preprocess", "save")
+
+
+def profile(course: Path, assignment: str, students: list[str]) -> tuple[list[dict], float]:
+    """Per submission, the seconds of each phase (and ``total``); and the seconds of the per-worker set-up."""
+    from grade import api_from_config, load_config
+
+    os.chdir(course)
+    os.environ.setdefault("GRADER_REPORTS", str(course / "grading" / "profile" / "reports"))
+    start = time.perf_counter()
+    import torch  # noqa: F401 - a grade.py worker has it loaded (the replay needs it)
+    api = api_from_config(load_config(course))[0]
+    worker = time.perf_counter() - start
+    from selfcheck import ensure
+    ensure(course, assignment)      # once per assignment (cached), not part of a submission's time
+    timers = Timers()
+    instrument(timers)
+    rows = []
+    for student in students:
+        timers.now.clear()
+        start = time.perf_counter()
+        result = api.autograde(assignment, student, force=True, create=True)
+        total = time.perf_counter() - start
+        row = dict(timers.now)
+        inside = sum(row.get(k, 0) for k in ("launch", "ready", "setup_cell", "cells", "shutdown"))
+        row["launch"] = row.get("launch", 0) + max(row.pop("execute", 0) - inside, 0)   # spec, folders, trace
+        row["other"] = total - sum(row.get(k, 0) for k, _ in PHASES if k != "other")
+        row["total"], row["success"] = total, bool(result.get("success"))
+        rows.append(row)
+        print(f"{student:>28}  {total:6.2f} s  " + "  ".join(f"{k} {row.get(k, 0):.2f}" for k, _ in PHASES),
+              flush=True)
+    return rows, worker
+
+
+def table(rows: list[dict], worker: float) -> str:
+    """A markdown table of the median seconds per phase."""
+    total = statistics.median(r["total"] for r in rows)
+    lines = ["| phase | seconds per submission (median) | share |", "|---|---:|---:|"]
+    for key, text in PHASES:
+        sec = statistics.median(r.get(key, 0) for r in rows)
+        lines.append(f"| {text} | {sec:.2f} | {sec / total:.0%} |")
+    lines.append(f"| **one submission** | **{total:.2f}** | 100% |")
+    lines.append(f"| once per worker: torch imported, configuration loaded, NbGraderAPI | {worker:.2f} | |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("course", type=Path)
+    parser.add_argument("assignment")
+    parser.add_argument("--students", help="comma-separated (default: every submission)")
+    args = parser.parse_args(argv)
+    course = args.course.resolve()
+    students = args.students.split(",") if args.students else sorted(
+        p.parent.name for p in (course / "submitted").glob(f"*/{args.assignment}"))
+    rows, worker = profile(course, args.assignment, students)
+    print(f"\n{len(rows)} submission(s) of {args.assignment}; load average {os.getloadavg()[0]:.1f}\n")
+    print(table(rows, worker))
+    return 0 if all(r["success"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
