@@ -43,6 +43,9 @@ def configure_autograde(c) -> None:
     c.SandboxedExecute.timeout = int(os.environ.get("GRADER_CELL_TIMEOUT", 30))
     c.SandboxedExecute.interrupt_on_timeout = False   # a stuck kernel is stopped, not interrupted
     c.SandboxedExecute.startup_timeout = 60
+    # The kernel is killed when the notebook is done: nothing is lost (the trace and the audit log are written as
+    # they happen) and a graceful shutdown only waited for a kernel whose work was over.
+    c.SandboxedExecute.shutdown_kernel = "immediate"
     # After a cell's reply, its last outputs may lag on a loaded machine: wait for them (a lost error output
     # would change a verdict) and, past this, report the submission as starved rather than failed.
     c.SandboxedExecute.iopub_timeout = int(os.environ.get("GRADER_IOPUB_TIMEOUT", 60))

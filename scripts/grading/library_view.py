@@ -17,6 +17,7 @@ Any other folder on the grader's path (a checkout, a home folder) is never shown
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import site
 import sys
@@ -68,11 +69,19 @@ def plan_view(path: list[str], pythonpath: list[str], library: str, prefixes: li
     return view
 
 
+def library_folder() -> str:
+    """The folder of the course library package, found as ``import tfmlib`` would find it, without importing
+    it: importing it loads PyTorch, seconds of CPU the kernel launcher would otherwise pay per submission."""
+    loaded = sys.modules.get("tfmlib")
+    spec = loaded.__spec__ if loaded is not None else importlib.util.find_spec("tfmlib")
+    if spec is None or not spec.origin:
+        raise ModuleNotFoundError("the course library tfmlib cannot be found on this interpreter's path")
+    return str(Path(spec.origin).resolve().parent)
+
+
 def grader_view() -> LibraryView:
     """The view for this process (the kernel launcher, which has the grader's environment)."""
-    import tfmlib
-
-    library = str(Path(tfmlib.__file__).resolve().parent)
+    library = library_folder()
     here = _real(os.path.dirname(os.path.abspath(sys.argv[0]))) if sys.argv and sys.argv[0] else ""
     path = [p for p in sys.path if p and _real(p) != here]
     pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]

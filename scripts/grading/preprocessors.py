@@ -34,7 +34,8 @@ from traitlets import Bool, Float, Integer, List, Unicode
 from kernelspec import KERNEL_NAME, write_kernelspec
 from scan import scan_cells
 
-from sandbox_kernel import AUDIT_MARK, TRACE_NAME, WATCH_ENV, read_regular  # noqa: E402
+from sandbox_kernel import AUDIT_MARK, FORKSERVER_ENV, TRACE_NAME, WATCH_ENV, read_regular  # noqa: E402
+from forkserver import ForkServer, ForkServerError, enabled as forkserver_enabled  # noqa: E402
 from lifetime import OWNER_ENV, end_leftovers, owner_tag  # noqa: E402
 from submission_files import flag_message, submission_view, write_allowed  # noqa: E402
 UNSAFE_ENV = "TFMLIB_GRADING_UNSAFE"
@@ -168,6 +169,8 @@ class SandboxedExecute(Execute):
     max_output_chars = Integer(20_000, help="Characters of output kept per cell while it arrives.").tag(config=True)
     sandbox = Bool(True, help="Run learners' code in the bubblewrap sandbox. Turning it off needs "
                               "TFMLIB_GRADING_UNSAFE=1 as well.").tag(config=True)
+    fork_server = Bool(True, help="Fork each kernel from a warm server in the sandbox that has imported PyTorch "
+                                  "(forkserver.py); False: start a sandbox per kernel.").tag(config=True)
     starved_share = Float(0.33, help="A cell that timed out while its kernel got less than this share of one "
                                      "core was starved by the machine's load: reported as such.").tag(config=True)
 
@@ -187,13 +190,18 @@ class SandboxedExecute(Execute):
         self._stopped = None
         self._sizes = {}
         sandboxed = self._sandboxed()
-        self._private = Path(tempfile.mkdtemp(prefix="tfmlib-grading-"))
         workdir = Path((resources or {}).get("metadata", {}).get("path") or ".").resolve()
         # The audit hook of the kernel reports files opened in the course outside the learner's own folder.
         watch = {str(Path.cwd().resolve())} | ({str(workdir.parents[2])} if len(workdir.parents) > 2 else set())
         self._end_leftovers(workdir)
-        write_kernelspec(self._private / "jupyter", sandboxed=sandboxed,
-                         env={WATCH_ENV: os.pathsep.join(watch), OWNER_ENV: owner_tag(self._course_root(workdir))})
+        env = {WATCH_ENV: os.pathsep.join(sorted(watch)), OWNER_ENV: owner_tag(self._course_root(workdir))}
+        self._server = self._fork_server(env[WATCH_ENV], env[OWNER_ENV]) if sandboxed else None
+        if self._server is not None:    # a kernel forked from this process's warm server (forkserver.py)
+            self._private = self._server.new_folder()
+            env[FORKSERVER_ENV] = str(self._server.socket)
+        else:
+            self._private = Path(tempfile.mkdtemp(prefix="tfmlib-grading-"))
+        write_kernelspec(self._private / "jupyter", sandboxed=sandboxed, env=env)
         (self._private / "run").mkdir(mode=0o700)
         # Only the files the assignment released reach the kernel; what else was submitted is reported.
         allowed, withheld, stray = submission_view(self.config, resources or {}, workdir)
@@ -213,10 +221,25 @@ class SandboxedExecute(Execute):
         finally:
             shutil.rmtree(self._private, ignore_errors=True)
         record(self.report_directory, resources, "execution", self._stopped or "ok")
+        record(self.report_directory, resources, "kernel",
+               "forked from the fork server" if self._server is not None else
+               "a sandbox of its own" if sandboxed else "unsandboxed")
         record(self.report_directory, resources, "attempts", attempts)
         return nb, resources
 
     _leftovers_ended = False        # once per process: sandboxes a killed grader of this course left running
+    _fork_failed = ""               # why this process's fork server could not start (then: a sandbox per kernel)
+
+    def _fork_server(self, watch: str, owner: str):
+        """This process's fork server, or None (turned off, or it cannot start here: said once in the log)."""
+        if not (self.fork_server and forkserver_enabled()) or SandboxedExecute._fork_failed:
+            return None
+        try:
+            return ForkServer.shared(watch, owner)
+        except ForkServerError as err:
+            SandboxedExecute._fork_failed = str(err)
+            self.log.warning("grading with a sandbox started per kernel (slower): %s", err)
+            return None
 
     def _course_root(self, workdir: Path) -> str:
         from nbgrader.coursedir import CourseDirectory
@@ -281,6 +304,8 @@ class SandboxedExecute(Execute):
 
     def _kernel_cpu(self) -> float:
         """CPU seconds used so far by the kernel's processes (the sandbox and everything in it)."""
+        if getattr(self, "_server", None) is not None:
+            return self._server.kernel_cpu()
         try:
             import psutil
 

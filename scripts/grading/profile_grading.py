@@ -6,7 +6,8 @@
 Grades the given submissions (default: all of ``submitted/*/ASSIGNMENT``) one after the other in this process,
 exactly as a ``scripts/grade.py`` worker does (the course's configuration, one NbGraderAPI), with timers
 around the phases of nbgrader, the sandboxed kernel and the replay, and prints the median seconds per
-submission of each phase.  The submissions should not time out (a 30-second limit would dominate).
+submission of each phase, and what the worker pays once (its set-up and its fork server, ``forkserver.py``).
+``GRADER_FORKSERVER=0`` profiles the sandbox started per kernel instead.  The submissions should not time out (a 30-second limit would dominate).
 """
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ sys.path.insert(0, str(HERE.parent))
 PHASES = [
     ("setup", "nbgrader set-up per submission (gradebook: student, submission; files copied)"),
     ("sanitise", "sanitising: restore cells from the gradebook, scan the learner's code"),
-    ("launch", "kernel launch: private folder, kernel spec, copy of the folder, bubblewrap"),
-    ("ready", "kernel ready: a fresh Python and ipykernel start in the sandbox"),
-    ("setup_cell", "the read-only setup cell: torch and tfmlib imported in the sandbox"),
+    ("launch", "kernel launch: private folder, kernel spec, copy of the folder, the launcher started"),
+    ("ready", "kernel ready: forked from the server (or a fresh Python in bubblewrap), ipykernel started"),
+    ("setup_cell", "the read-only setup cell: torch and tfmlib imported in the kernel"),
     ("cells", "the learner's cells and the tests"),
     ("shutdown", "kernel shutdown"),
     ("replay", "the replay of the tests outside the kernel"),
@@ -81,8 +82,10 @@ def instrument(timers: Timers) -> None:
     from nbgrader.converters.autograde import Autograde
     from nbgrader.preprocessors import OverwriteCells, SaveAutoGrades
 
+    import forkserver
     import preprocessors
 
+    timers.wrap(forkserver.ForkServer, "__init__", "server")
     timers.wrap(Autograde, "init_assignment", "setup")
     for cls in (preprocessors.StripForgedMetadata, OverwriteCells, preprocessors.ScanSubmission):
         timers.wrap(cls, "preprocess", "sanitise")
@@ -110,24 +113,26 @@ def profile(course: Path, assignment: str, students: list[str]) -> tuple[list[di
     ensure(course, assignment)      # once per assignment (cached), not part of a submission's time
     timers = Timers()
     instrument(timers)
-    rows = []
+    rows, server = [], 0.0
     for student in students:
         timers.now.clear()
         start = time.perf_counter()
         result = api.autograde(assignment, student, force=True, create=True)
-        total = time.perf_counter() - start
         row = dict(timers.now)
+        started = row.pop("server", 0)      # the worker's fork server, started for its first submission
+        server += started
+        total = time.perf_counter() - start - started
         inside = sum(row.get(k, 0) for k in ("launch", "ready", "setup_cell", "cells", "shutdown"))
-        row["launch"] = row.get("launch", 0) + max(row.pop("execute", 0) - inside, 0)   # spec, folders, trace
+        row["launch"] = row.get("launch", 0) + max(row.pop("execute", 0) - inside - started, 0)  # spec, folders
         row["other"] = total - sum(row.get(k, 0) for k, _ in PHASES if k != "other")
         row["total"], row["success"] = total, bool(result.get("success"))
         rows.append(row)
         print(f"{student:>28}  {total:6.2f} s  " + "  ".join(f"{k} {row.get(k, 0):.2f}" for k, _ in PHASES),
               flush=True)
-    return rows, worker
+    return rows, worker, server
 
 
-def table(rows: list[dict], worker: float) -> str:
+def table(rows: list[dict], worker: float, server: float = 0.0) -> str:
     """A markdown table of the median seconds per phase."""
     total = statistics.median(r["total"] for r in rows)
     lines = ["| phase | seconds per submission (median) | share |", "|---|---:|---:|"]
@@ -136,6 +141,7 @@ def table(rows: list[dict], worker: float) -> str:
         lines.append(f"| {text} | {sec:.2f} | {sec / total:.0%} |")
     lines.append(f"| **one submission** | **{total:.2f}** | 100% |")
     lines.append(f"| once per worker: torch imported, configuration loaded, NbGraderAPI | {worker:.2f} | |")
+    lines.append(f"| once per worker: the fork server started (PyTorch imported in the sandbox) | {server:.2f} | |")
     return "\n".join(lines)
 
 
@@ -148,9 +154,9 @@ def main(argv=None) -> int:
     course = args.course.resolve()
     students = args.students.split(",") if args.students else sorted(
         p.parent.name for p in (course / "submitted").glob(f"*/{args.assignment}"))
-    rows, worker = profile(course, args.assignment, students)
+    rows, worker, server = profile(course, args.assignment, students)
     print(f"\n{len(rows)} submission(s) of {args.assignment}; load average {os.getloadavg()[0]:.1f}\n")
-    print(table(rows, worker))
+    print(table(rows, worker, server))
     return 0 if all(r["success"] for r in rows) else 1
 
 

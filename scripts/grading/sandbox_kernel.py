@@ -26,13 +26,14 @@ import stat
 import sys
 from pathlib import Path
 
-from library_view import grader_view
+from library_view import grader_view, library_folder
 from lifetime import die_with_grader
 
 TRACE_ENV = "TFMLIB_GRADING_TRACE"          # see tfmlib/trace.py
 TRACE_NAME = ".tfmlib-grading-trace.jsonl"
 AUDIT_MARK = "TFMLIB-AUDIT "
 WATCH_ENV, OWN_ENV, FD_ENV = "TFMLIB_AUDIT_WATCH", "TFMLIB_AUDIT_OWN", "TFMLIB_AUDIT_FD"
+FORKSERVER_ENV = "TFMLIB_FORKSERVER"        # the fork server's socket, when the grader has one (forkserver.py)
 
 # Runs in the kernel before ipykernel starts: a Python audit hook (which cannot be removed once added)
 # reports, on a file descriptor it inherits (audit.log beside the sockets, which the grader reads; not
@@ -128,10 +129,8 @@ def parent_dirs(path: str) -> list[str]:
 
 def python_binds() -> list[str]:
     """Read-only: the Python installation, the virtual environment and the tfmlib package."""
-    import tfmlib
-
     paths = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), sys.prefix,
-             str(Path(tfmlib.__file__).resolve().parent), *grader_view().binds}   # see library_view.py
+             library_folder(), *grader_view().binds}   # see library_view.py
     args = []
     for p in sorted(paths, key=len):
         if not p.startswith("/usr/"):
@@ -157,18 +156,43 @@ def bwrap_command(connection_file: str, workdir: str, audit_fd: int = 2, scratch
     ``workdir``'s path (None: ``workdir`` itself)."""
     conn = json.loads(Path(connection_file).read_text())
     sockets = socket_dir(conn)
+    cmd = sandbox_command(kernel_env(workdir, audit_fd))
+    cmd += parent_dirs(sockets) + ["--bind", sockets, sockets]
+    cmd += parent_dirs(connection_file) + ["--ro-bind", connection_file, connection_file]
+    cmd += parent_dirs(workdir) + ["--bind", scratch or workdir, workdir, "--chdir", workdir]
+    if os.geteuid() == 0:   # never run learners' code as root
+        cmd += ["/usr/bin/setpriv", f"--reuid={kernel_uid()}", f"--regid={kernel_uid()}", "--clear-groups",
+                "--inh-caps=-all", "--bounding-set=-all"]
+    cmd += ["/usr/bin/prlimit"] + [f"--{name}={value}" for name, value in kernel_limits().items()] + ["--"]
+    cmd += [sys.executable, "-c", AUDIT_LAUNCHER, "-f", connection_file, "--HistoryManager.hist_file=:memory:"]
+    return cmd
+
+
+def base_env() -> dict[str, str]:
+    """The environment of the sandbox (the kernel's, without what depends on its working folder)."""
     env = {
         "PATH": f"{sys.prefix}/bin:/usr/bin:/bin", "HOME": "/tmp", "USER": "student", "LANG": "C.UTF-8",
         "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp", "IPYTHONDIR": "/tmp/.ipython", "PYTHONNOUSERSITE": "1",
         "PYTHONDONTWRITEBYTECODE": "1", "TFMLIB_DEVICE": "cpu", "OMP_NUM_THREADS": "1",
-        "JUPYTER_RUNTIME_DIR": "/tmp", "PYTHONWARNINGS": "ignore",
-        TRACE_ENV: os.path.join(workdir, TRACE_NAME),   # tfmlib.checking records the learner's results here
-        WATCH_ENV: os.environ.get(WATCH_ENV, ""), OWN_ENV: own_folders(workdir), FD_ENV: str(audit_fd),
+        "JUPYTER_RUNTIME_DIR": "/tmp", "PYTHONWARNINGS": "ignore", WATCH_ENV: os.environ.get(WATCH_ENV, ""),
     }
     if grader_view().pythonpath:    # the course library where the grader found it (library_view.py)
         env["PYTHONPATH"] = os.pathsep.join(grader_view().pythonpath)
+    return env
+
+
+def kernel_env(workdir: str, audit_fd: int) -> dict[str, str]:
+    """The kernel's environment: ``base_env`` and where it records results and reports what it opens."""
+    return {**base_env(),
+            TRACE_ENV: os.path.join(workdir, TRACE_NAME),   # tfmlib.checking records the learner's results here
+            OWN_ENV: own_folders(workdir), FD_ENV: str(audit_fd)}
+
+
+def sandbox_command(env: dict[str, str]) -> list[str]:
+    """bwrap's namespaces, environment and read-only views of the system and the Python installation, with a
+    private /tmp; the caller adds its own folders and the command."""
     # New network, process, IPC and host-name namespaces; a user namespace only when not root
-    # (as root, setpriv below drops to an unprivileged user instead).
+    # (as root, the kernel drops to an unprivileged user instead).
     cmd = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--clearenv"]
     if os.geteuid() != 0:
@@ -177,19 +201,14 @@ def bwrap_command(connection_file: str, workdir: str, audit_fd: int = 2, scratch
         cmd += ["--setenv", k, v]
     # /tmp first, so that an installation or course living under /tmp is bound on top of it.
     cmd += system_binds() + ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
-    cmd += python_binds()
-    cmd += parent_dirs(sockets) + ["--bind", sockets, sockets]
-    cmd += parent_dirs(connection_file) + ["--ro-bind", connection_file, connection_file]
-    cmd += parent_dirs(workdir) + ["--bind", scratch or workdir, workdir, "--chdir", workdir]
-    if os.geteuid() == 0:   # never run learners' code as root
-        cmd += ["/usr/bin/setpriv", f"--reuid={kernel_uid()}", f"--regid={kernel_uid()}", "--clear-groups",
-                "--inh-caps=-all", "--bounding-set=-all"]
+    return cmd + python_binds()
+
+
+def kernel_limits() -> dict[str, int]:
+    """prlimit's names and values of the kernel's resource limits (``LIMITS``)."""
     mb = 1024 * 1024
-    cmd += ["/usr/bin/prlimit", f"--as={limit('GRADER_MEMORY_MB') * mb}", f"--nproc={limit('GRADER_NPROC')}",
-            f"--cpu={limit('GRADER_CPU_SECONDS')}", f"--fsize={limit('GRADER_FILE_MB') * mb}",
-            f"--nofile={limit('GRADER_NOFILE')}", "--core=0", "--"]
-    cmd += [sys.executable, "-c", AUDIT_LAUNCHER, "-f", connection_file, "--HistoryManager.hist_file=:memory:"]
-    return cmd
+    return {"as": limit("GRADER_MEMORY_MB") * mb, "nproc": limit("GRADER_NPROC"), "cpu": limit("GRADER_CPU_SECONDS"),
+            "fsize": limit("GRADER_FILE_MB") * mb, "nofile": limit("GRADER_NOFILE"), "core": 0}
 
 
 def scratch_folder(connection_file: str) -> Path:
@@ -269,10 +288,8 @@ def read_regular(path, limit: int) -> tuple[bytes, str]:
 
 def own_folders(workdir: str) -> str:
     """Folders the kernel may open without a report: its own, the Python installation and tfmlib."""
-    import tfmlib
-
     paths = [workdir, sys.prefix, os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix),
-             str(Path(tfmlib.__file__).resolve().parent), *grader_view().binds]
+             library_folder(), *grader_view().binds]
     return os.pathsep.join(paths)
 
 
@@ -309,6 +326,9 @@ def main(argv: list[str]) -> None:
     if shutil.which("bwrap") is None:
         raise SystemExit("tfmlib-sandbox: bubblewrap is not installed (Debian: apt-get install bubblewrap)")
     connection_file, workdir = os.path.abspath(argv[1]), os.getcwd()
+    if os.environ.get(FORKSERVER_ENV):     # a warm kernel, forked by this grader's fork server (forkserver.py)
+        from forkserver import launch
+        launch(os.environ[FORKSERVER_ENV], connection_file, workdir)
     scratch = make_scratch(connection_file, workdir)
     hand_over(connection_file, scratch)
     cmd = bwrap_command(connection_file, workdir, open_audit_log(connection_file), scratch)
