@@ -25,7 +25,10 @@ import tempfile
 from pathlib import Path
 from time import monotonic
 
+from queue import Empty
+
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbclient.util import ensure_async, run_hook, run_sync
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from nbgrader.utils import is_grade, is_locked, is_solution
@@ -264,6 +267,56 @@ class SandboxedExecute(Execute):
                                             transport="ipc", ip=str(self._private / "run" / "kernel"),
                                             config=self.config)
         return self.km
+
+    async def async_start_new_kernel_client(self):
+        """nbclient's, ready as soon as the kernel has answered and its output channel is connected.  Through
+        jupyter_client, a kernel that was ready was then watched for 0.2 s more for output nothing here reads:
+        a seventh of a submission's time.  The errors say what jupyter_client's do (``grade.py`` reads them)."""
+        self.kc = self.km.client()
+        await ensure_async(self.kc.start_channels())
+        try:
+            await self._wait_for_ready(self.startup_timeout)
+        except Exception:
+            await self._async_cleanup_kernel()
+            raise
+        self.kc.allow_stdin = False
+        await run_hook(self.on_notebook_start, notebook=self.nb)
+        return self.kc
+
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+    async def _wait_for_ready(self, timeout: float) -> None:
+        deadline = monotonic() + timeout
+        while True:
+            self.kc.kernel_info()
+            try:
+                reply = await ensure_async(self.kc.shell_channel.get_msg(timeout=1))
+            except Empty:
+                reply = None
+            if reply is not None and reply["msg_type"] == "kernel_info_reply":
+                try:    # any message on IOPub says it is connected (else the next kernel_info tries again)
+                    await ensure_async(self.kc.iopub_channel.get_msg(timeout=0.2))
+                    return
+                except Empty:
+                    pass
+            if not await ensure_async(self.km.is_alive()):
+                raise RuntimeError("Kernel died before replying to kernel_info")
+            if monotonic() > deadline:
+                raise RuntimeError("Kernel didn't respond in %d seconds" % timeout)
+
+    async def _async_cleanup_kernel(self):
+        """Kill the kernel's launcher and wait for it (the kernel and its sandbox go with it) before nbclient's
+        clean-up, which would otherwise poll for its end every 0.1 s."""
+        process = getattr(getattr(getattr(self, "km", None), "provisioner", None), "process", None)
+        if process is not None and self.shutdown_kernel == "immediate" and process.poll() is None:
+            try:
+                process.kill()
+                process.wait(timeout=10)
+            except Exception:  # noqa: BLE001 - nbclient's clean-up below tries again
+                pass
+        await super()._async_cleanup_kernel()
+
+    _cleanup_kernel = run_sync(_async_cleanup_kernel)
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type != "code":

@@ -92,9 +92,9 @@ def instrument(timers: Timers) -> None:
     timers.wrap(preprocessors.SandboxedExecute, "preprocess", "execute")
     # The synchronous wrappers (nbclient's run_sync keeps a reference to the coroutine functions).
     timers.wrap(NotebookClient, "start_new_kernel", "launch")
-    timers.wrap(NotebookClient, "start_new_kernel_client", "ready")
+    timers.wrap(preprocessors.SandboxedExecute, "start_new_kernel_client", "ready")
     timers.wrap(preprocessors.SandboxedExecute, "preprocess_cell", cell_phase)
-    timers.wrap(NotebookClient, "_cleanup_kernel", "shutdown")
+    timers.wrap(preprocessors.SandboxedExecute, "_cleanup_kernel", "shutdown")
     timers.wrap(preprocessors.VerifyOutside, "preprocess", "replay")
     timers.wrap(SaveAutoGrades, "preprocess", "save")
 
