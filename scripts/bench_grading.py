@@ -13,7 +13,7 @@ the submissions that did not time out, and the core-seconds of the whole run per
 time of 1,200 submissions on this machine; then the projected wall time of a class of 1,200
 submissions on 1, 2, 4, 8 and 16 such machines (``--shard``), from the fastest job count.  The grader's
 check of each assignment's solution (``scripts/grading/selfcheck.py``) is done before the timed runs.  The whole
-class takes about 40 minutes on a 2-core machine; not run by the tests (tests/test_grading.py and
+class takes about 20 minutes on a 2-core machine (``--jobs 1 2``); not run by the tests (tests/test_grading.py and
 tests/test_grading_scale.py grade their own classes).
 """
 from __future__ import annotations
