@@ -23,7 +23,7 @@ book: $(STAMP)
 ## whole files per process, so a file's module fixtures are built once): most of the suite waits on kernels,
 ## nbgrader and browsers rather than computing, so two at a time shortens the run on two cores.
 test: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile --durations=40
 
 ## test-fast: the library's tests only (seconds)
 test-fast: $(STAMP)

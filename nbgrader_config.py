@@ -32,22 +32,9 @@ c.LimitOutput.max_traceback = 60
 
 # Autograding (plain `nbgrader autograde` and formgrader's Autograde button) always uses the course's
 # hardened pipeline: learners' code is scanned, runs in a bubblewrap sandbox, and every test's verdict is
-# reached again outside the learner's process (scripts/grading/hardened.py, book/appendix/grading.md).
+# reached again outside the learner's process (the tfmgrader package: scripts/tfmgrader/hardened.py, book/appendix/grading.md).
 # Without bubblewrap, autograding stops with a message saying how to install it or opt out explicitly.
 # Learners' Validate is not affected.
-import sys as _sys  # noqa: E402
-from pathlib import Path as _Path  # noqa: E402
-
-
-def _grading_folder() -> _Path:
-    here = _Path(globals().get("__file__", "nbgrader_config.py")).resolve().parent / "scripts" / "grading"
-    if (here / "hardened.py").exists():
-        return here
-    import tfmlib       # a copy of this file in another course folder: use the installed course's scripts
-    return _Path(tfmlib.__file__).resolve().parents[1] / "scripts" / "grading"
-
-
-_sys.path.insert(0, str(_grading_folder()))
-from hardened import configure_autograde  # noqa: E402
+from tfmgrader.hardened import configure_autograde  # noqa: E402
 
 configure_autograde(c)

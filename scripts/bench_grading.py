@@ -12,7 +12,7 @@ whether the grades are identical to those of one job, the seconds per submission
 the submissions that did not time out, and the core-seconds of the whole run per submission) and the wall
 time of 1,200 submissions on this machine; then the projected wall time of a class of 1,200
 submissions on 1, 2, 4, 8 and 16 such machines (``--shard``), from the fastest job count.  The grader's
-check of each assignment's solution (``scripts/grading/selfcheck.py``) is done before the timed runs.  The whole
+check of each assignment's solution (``scripts/tfmgrader/selfcheck.py``) is done before the timed runs.  The whole
 class takes about 20 minutes on a 2-core machine (``--jobs 1 2``); not run by the tests (tests/test_grading.py and
 tests/test_grading_scale.py grade their own classes).
 """
@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts" / "grading"))
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
 
 
@@ -40,7 +39,9 @@ MACHINES = (1, 2, 4, 8, 16)
 
 def build_class(course: Path, assignments: list[str], per: int, env: dict) -> dict:
     """The course with ``per`` submissions per assignment; returns make_class's expectations."""
-    from make_class import make_class
+    from course_fixtures import fixture   # tests/fixtures/, imported by path
+
+    make_class = fixture("make_class").make_class
 
     course.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "nbgrader_config.py", course)

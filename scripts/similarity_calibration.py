@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Calibrate the copy detection (scripts/grading/similarity.py) on a generated class; print its error rates.
+"""Calibrate the copy detection (scripts/tfmgrader/similarity.py) on a generated class; print its error rates.
 
     python scripts/similarity_calibration.py [ASSIGNMENT ...] [--k K] [--threshold T] [--min-tokens N]
                                              [--tokens ast|copydetect] [--grid] [--verbose]
@@ -7,11 +7,11 @@
 For each assignment (default: 03_self_attention, 04_multi_head, 07_efficiency) it builds, at the level of
 function sources (no notebooks, no nbgrader), a class of at least 30 submissions:
 
-* independent answers: every correct style of ``scripts/grading/styles.py``, more correct styles and wrong
-  answers of ``scripts/grading/similarity_corpus.py`` (none may be flagged);
+* independent answers: every correct style of ``tests/fixtures/styles/``, more correct styles and wrong
+  answers of ``tests/fixtures/similarity_corpus/`` (none may be flagged);
 * disguised copies of tfmlib (its function of the same name, its input checks left out; the solution where
   tfmlib has no such function) and of the solutions, each with every disguise of
-  ``scripts/grading/disguise.py`` (rename, reorder, comment, wrap, all four) and two seeds (each graded
+  ``tests/fixtures/disguise.py`` (rename, reorder, comment, wrap, all four) and two seeds (each graded
   function must be flagged with the source it was copied from);
 * copies between two students: a learner copies an independent answer with every disguise at once (both the
   copy and the original must be flagged, each with the other as source).
@@ -31,12 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts" / "grading"))
 
-import similarity as sim  # noqa: E402
-from disguise import KINDS, disguise, without_library_checks  # noqa: E402
-from similarity_corpus import EXTRA_CORRECT, WRONG  # noqa: E402
-from styles import STYLES  # noqa: E402
+from tfmgrader import similarity as sim  # noqa: E402
+from course_fixtures import fixture  # noqa: E402
+
+# The tests' fixtures (tests/fixtures/), imported by path (scripts/course_fixtures.py).
+_answers, _disguise = fixture("answers"), fixture("disguise")
+STYLES, EXTRA_CORRECT, WRONG = _answers.STYLES, _answers.EXTRA_CORRECT, _answers.WRONG
+KINDS, disguise, without_library_checks = _disguise.KINDS, _disguise.disguise, _disguise.without_library_checks
 
 ASSIGNMENTS = ["03_self_attention", "04_multi_head", "07_efficiency"]
 SEEDS = (0, 1)

@@ -4,7 +4,7 @@ import os
 import pytest
 import torch
 
-# The grader grades each assignment's own solution before it grades anyone (scripts/grading/selfcheck.py),
+# The grader grades each assignment's own solution before it grades anyone (scripts/tfmgrader/selfcheck.py),
 # once per assignment and configuration.  The tests build dozens of courses and configurations, so that would
 # grade a solution again for nearly every grading call (about 25 s each); tests/test_selfcheck.py, which tests
 # the check through both grading paths, clears this variable for its own runs.

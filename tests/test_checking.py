@@ -1,4 +1,4 @@
-"""tfmlib.checking: the trusted comparisons and the shortcut guard used by the graded exercises' tests."""
+"""tfmcheck.checking: the trusted comparisons and the shortcut guard used by the graded exercises' tests."""
 import sys
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import tfmlib
-import tfmlib.checking as check
+import tfmcheck.checking as check
 from tfmlib.attention import scaled_dot_product_attention as early_bound_sdpa
 
 

@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
 import release  # noqa: E402  (scripts/release.py)
 
 ASSIGNMENTS = release.ASSIGNMENTS
@@ -103,7 +102,7 @@ def test_solutions_are_clean_and_totals_match():
         code = [c for c in nb.cells if c.cell_type == "code"]
         setup = _nbg(code[0])
         assert setup.get("grade_id") == "setup" and setup.get("locked"), f"{a}: the first code cell must be the locked setup"
-        assert "import tfmlib.checking as check" in code[0].source
+        assert "import tfmcheck.checking as check" in code[0].source
         points = sum(_nbg(c).get("points", 0) for c in nb.cells if _nbg(c).get("grade"))
         stated = re.search(r"\*\*Total: (\d+) points\*\*", nb.cells[0].source)
         assert stated and int(stated.group(1)) == points, f"{a}: the top says {stated and stated.group(1)}, tests give {points}"
@@ -148,8 +147,8 @@ def test_release_holds_no_solution_code_and_no_hidden_tests():
 
 def test_setup_cell_imports_print_nothing_and_load_no_matplotlib():
     """nbgrader scores a test cell that writes to stderr as failed: the setup's imports must be silent."""
-    code = ("import sys, math, torch, tfmlib.checking as check; check.seed(0); "
-            "assert 'matplotlib' not in sys.modules, 'tfmlib.checking imported matplotlib'")
+    code = ("import sys, math, torch, tfmcheck.checking as check; check.seed(0); "
+            "assert 'matplotlib' not in sys.modules, 'tfmcheck.checking imported matplotlib'")
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONWARNINGS="default")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/")
     assert proc.returncode == 0 and proc.stderr == "" and proc.stdout == "", proc.stderr
@@ -435,7 +434,7 @@ def test_generate_feedback_writes_html(graded):
         assert f"{score['total']:g}" in html and f"{score['max']:g}" in html
     html = Path(graded["03_self_attention"]["feedback"]["no_scaling"]).read_text()
     assert "CheckFailure" in html, "the feedback shows the failed check"
-    # tfmlib/feedback.py recognises the mistake: the sentence that names it and the line of the formula
+    # tfmcheck.feedback recognises the mistake: the sentence that names it and the line of the formula
     import html as _html
     text = _html.unescape(re.sub(r"<[^>]+>", "", html))
     assert "Your scores are not divided by √d_k." in text and "The line involved:" in text, "the feedback names the mistake"

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import tfmlib
-from tfmlib.models import POSITION_SCHEMES, _position_parts
+from tfmlib.models import POSITION_SCHEMES, position_parts
 
 TOL64 = 1e-10
 
@@ -74,7 +74,7 @@ def test_fast_attention_checks_its_inputs():
 
 def attention_module(pos, d=16, h=4):
     torch.manual_seed(0)
-    _, cls = _position_parts(pos, d, 64, 3)
+    _, cls = position_parts(pos, d, 64, 3)
     return cls(d, h, 0.0).double().eval()
 
 

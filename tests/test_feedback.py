@@ -1,4 +1,4 @@
-"""Feedback that names the mistake (issue 11): every mistake of tfmlib/feedback.py's catalogue is written into the
+"""Feedback that names the mistake (issue 11): every mistake of the catalogue (scripts/tfmcheck/feedback/) is written into the
 learner's notebook as a wrong answer, the notebook's test cells run (visible and hidden, as in solutions/), and the
 first failure that names a mistake must name that one, with its one-sentence diagnosis and the line of the formula
 involved (a failure before it may name nothing: two mistakes can give the same result on a visible check's inputs).
@@ -20,11 +20,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_exercises import make_submission, _nbg  # noqa: E402
 
-from tfmlib import checking as check  # noqa: E402
-from tfmlib import feedback  # noqa: E402
+from tfmcheck import checking as check  # noqa: E402
+from tfmcheck import feedback  # noqa: E402
 
 ASSIGNMENT = {
     "rnn_forward": "01_rnn_limits", "grad_norm_by_distance": "01_rnn_limits", "attention_step": "02_attention",
@@ -334,9 +333,9 @@ def test_diagnosis_reads_only_the_recorded_result():
     q = check.ref.randn(2, 3, 4, dtype=check.torch.float64)
     k = check.ref.randn(2, 5, 4, dtype=check.torch.float64)
     v = check.ref.randn(2, 5, 2, dtype=check.torch.float64)
-    recorded = feedback._attention(q, k, v, scale=None)  # what a learner who forgot 1/sqrt(d_k) returned
+    recorded = feedback.attention(q, k, v, scale=None)  # what a learner who forgot 1/sqrt(d_k) returned
     assert feedback.diagnose("scaled_dot_product_attention", recorded, q=q, k=k, v=v).name == "no_scaling"
-    right = feedback._attention(q, k, v)
+    right = feedback.attention(q, k, v)
     assert feedback.diagnose("scaled_dot_product_attention", right, q=q, k=k, v=v) is None
 
 
@@ -367,8 +366,9 @@ def test_traceback_in_the_kernel_shows_the_test_line_not_tfmlib(tmp_path):
     (error,) = [o for o in keep[-1].outputs if o.output_type == "error"]
     tb = "\n".join(error.traceback)
     assert error.ename == "CheckFailure" and "√d_k" in error.evalue
-    assert "checking.py" not in tb and "feedback.py" not in tb, tb
-    assert "fb.assert_close" in re.sub(r"\x1b\[[0-9;]*m", "", tb)
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", tb)
+    assert "/tfmcheck/" not in plain and "checking.py" not in plain, tb    # no frame of the checking package
+    assert "fb.assert_close" in plain
 
 
 # ---------------------------------------------------------------------------------------------------------

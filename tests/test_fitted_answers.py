@@ -4,7 +4,7 @@
    to be 2, a hard-coded number of heads, steps or features, the visible expected tensor returned as a literal, a
    mask built for the visible n only, no output projection where the visible weights were the identity, ...).
    Each must fail nbgrader's Validate, i.e. a visible test of the released notebook, with a message; every correct
-   style of scripts/grading/styles.py must still pass it.
+   style of tests/fixtures/styles/ must still pass it.
 2. Fix first: when the function a test checks is right but a learner function it is built on is wrong on the
    test's inputs, the failure says so and names the function to fix first; it never names a dependency that is
    right on those inputs.
@@ -14,19 +14,16 @@ cells run in this process, in order, the way tests/test_feedback.py runs them: a
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(REPO / "scripts" / "grading"))
 from test_exercises import _nbg, _read, _released, make_submission  # noqa: E402
 from test_feedback import run_cells  # noqa: E402
-from styles import STYLES  # noqa: E402
+from fixtures.answers import STYLES  # noqa: E402
 
-from tfmlib import checking as check  # noqa: E402
+from tfmcheck import checking as check  # noqa: E402
 
 
 def sub(old, new):

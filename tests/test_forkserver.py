@@ -1,10 +1,9 @@
-"""Warm kernels (scripts/grading/forkserver.py): each submission's kernel is forked from a server in the sandbox
+"""Warm kernels (scripts/tfmgrader/forkserver.py): each submission's kernel is forked from a server in the sandbox
 that has imported PyTorch, and nothing one kernel does reaches the next; a kernel has no privileges, sees only
 its own folders, and ends with its launcher; grades are those of a sandbox started per kernel."""
 import csv
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,8 +13,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts" / "grading"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 A = "03_self_attention"
 
@@ -24,7 +21,7 @@ A = "03_self_attention"
 def server():
     from test_grading import require_bwrap
     require_bwrap()
-    from forkserver import ForkServer
+    from tfmgrader.forkserver import ForkServer
     srv = ForkServer(watch="/nonexistent-course", owner=f"{os.getpid()}:None:/nonexistent-course")
     yield srv
     srv.close()
@@ -36,8 +33,8 @@ class Kernel:
     def __init__(self, server, workdir: Path):
         from jupyter_client import KernelManager
         from jupyter_client.kernelspec import KernelSpecManager
-        from kernelspec import KERNEL_NAME, write_kernelspec
-        from sandbox_kernel import FORKSERVER_ENV
+        from tfmgrader.kernelspec import KERNEL_NAME, write_kernelspec
+        from tfmgrader.sandbox_kernel import FORKSERVER_ENV
 
         self.private = server.new_folder()
         write_kernelspec(self.private / "jupyter", env={FORKSERVER_ENV: str(server.socket)})
@@ -124,7 +121,7 @@ print(json.dumps(found))
 def test_nothing_of_one_kernel_reaches_the_next(server, tmp_path):
     """A kernel leaves a file (in its folder and in /tmp), changed modules, an environment variable, a thread, a
     process, a lowered limit, a seed and (if it may) shared memory; the next kernel of the same server sees none of it."""
-    from sandbox_kernel import kernel_limits
+    from tfmgrader.sandbox_kernel import kernel_limits
 
     first = Kernel(server, tmp_path)
     try:
@@ -178,7 +175,7 @@ print(json.dumps({
 
 
 def test_a_kernel_has_no_privileges_and_sees_only_its_own_folders(server, tmp_path):
-    from sandbox_kernel import KERNEL_UIDS, kernel_limits
+    from tfmgrader.sandbox_kernel import KERNEL_UIDS, kernel_limits
 
     kernel = Kernel(server, tmp_path)
     try:
@@ -216,7 +213,7 @@ def test_grades_are_those_of_a_sandbox_per_kernel(tmp_path):
     """The same class graded by scripts/grade.py with warm kernels and with a sandbox started per kernel
     (GRADER_FORKSERVER=0): the same grades, statuses and reasons."""
     from test_grading import new_course, require_bwrap
-    from make_class import make_class
+    from fixtures.make_class import make_class
 
     require_bwrap()
     course = tmp_path / "course"
@@ -245,8 +242,8 @@ def test_grades_are_those_of_a_sandbox_per_kernel(tmp_path):
 def test_a_server_that_cannot_make_kernels_means_a_sandbox_per_kernel(monkeypatch):
     """Where the fork server cannot start or cannot make a kernel (an old bubblewrap, no user namespaces),
     SandboxedExecute says so once in the log and starts a sandbox per kernel, without asking again."""
-    import preprocessors
-    from forkserver import ForkServerError
+    from tfmgrader import preprocessors
+    from tfmgrader.forkserver import ForkServerError
 
     calls = []
 

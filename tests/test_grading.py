@@ -1,4 +1,4 @@
-"""The hardened grading set-up (scripts/grading): sandbox, scan, and a whole class graded in batches."""
+"""The hardened grading set-up (scripts/tfmgrader): sandbox, scan, and a whole class graded in batches."""
 import csv
 import hashlib
 import os
@@ -14,9 +14,8 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts" / "grading"))
 
-from scan import scan_cells  # noqa: E402
+from tfmgrader.scan import scan_cells  # noqa: E402
 
 ASSIGNMENTS = ["01_rnn_limits", "02_attention", "03_self_attention", "04_multi_head", "05_positions",
                "06_encoder_decoder", "07_efficiency", "08_scaling_laws"]
@@ -31,7 +30,7 @@ def require_bwrap():
 
 # --- the scan ---------------------------------------------------------------------------------------
 
-SETUP = ["import torch\nimport torch.nn.functional as F\nfrom tfmlib import checking as check\nSEED = 0\n"]
+SETUP = ["import torch\nimport torch.nn.functional as F\nfrom tfmcheck import checking as check\nSEED = 0\n"]
 TESTS = ["out = f(torch.ones(2))\ncheck.assert_close('f', out, torch.ones(2))\ndef _ref(x):\n    return x\n"]
 
 
@@ -144,7 +143,7 @@ def test_scan_accepts_every_correct_style():
     """Every model solution and every answer of the correct-style corpus passes the scan unflagged."""
     import re
 
-    from styles import STYLES
+    from fixtures.answers import STYLES
     marker = re.compile(r"[ \t]*### (BEGIN|END) SOLUTION\n")
     for a in ASSIGNMENTS:
         nb = nbformat.read(ROOT / "solutions" / a / f"{a}.ipynb", as_version=4)
@@ -167,7 +166,7 @@ def run_in_sandbox(cells, workdir, timeout=30):
     from nbclient import NotebookClient
     from traitlets.config import Config
 
-    from kernelspec import KERNEL_NAME, write_kernelspec
+    from tfmgrader.kernelspec import KERNEL_NAME, write_kernelspec
 
     private = Path(tempfile.mkdtemp(prefix="sandbox-test-"))
     write_kernelspec(private / "jupyter")
@@ -261,7 +260,7 @@ def graded_class(tmp_path_factory):
     require_bwrap()
     missing = [a for a in ASSIGNMENTS if not (ROOT / "solutions" / a / f"{a}.ipynb").exists()]
     assert not missing, f"assignments missing from solutions/: {missing}"
-    from make_class import make_class
+    from fixtures.make_class import make_class
 
     course = tmp_path_factory.mktemp("class")
     shutil.copy(ROOT / "nbgrader_config.py", course)
@@ -275,7 +274,7 @@ def graded_class(tmp_path_factory):
             f"for a in {ASSIGNMENTS!r}:\n    r = api.generate_assignment(a, force=True)\n"
             "    assert r['success'], r.get('error')\n")
     subprocess.run([sys.executable, "-c", code], cwd=course, env=env, check=True, capture_output=True)
-    from styles import STYLES
+    from fixtures.answers import STYLES
     kinds = {a: CI_KINDS_DEFAULT | {f"correct-style-{s}" for s in STYLES.get(a, {})} for a in ASSIGNMENTS}
     kinds["03_self_attention"] = None           # every style and every attack on one assignment
     expected = make_class(course, ASSIGNMENTS, copies=1, kinds=kinds)
@@ -418,7 +417,7 @@ def flags_of(report: dict) -> list[str]:
 def test_default_autograde_grades_the_whole_suite(tmp_path):
     """The adversarial suite and the correct styles through plain `nbgrader autograde`, no extra flag."""
     require_bwrap()
-    from make_class import make_class
+    from fixtures.make_class import make_class
     a = "03_self_attention"
     env = new_course(tmp_path, [a])
     expected = make_class(tmp_path, [a], kinds={a: None})
@@ -452,7 +451,7 @@ def test_verdicts_hold_when_the_scan_is_off(tmp_path, path):
     """Defence in depth: with the scan switched off, tampering inside the learner's kernel still cannot
     turn a wrong answer into marks, because the verdicts are reached again outside it."""
     require_bwrap()
-    from make_class import make_class
+    from fixtures.make_class import make_class
     a = "03_self_attention"
     env = new_course(tmp_path, [a])
     wanted = {"correct-plain", "correct-style-einsum-where", *(f"attack-{k}" for k in TAMPERING)}
@@ -482,7 +481,7 @@ def test_verdicts_hold_when_the_scan_is_off(tmp_path, path):
 
 def test_autograde_refuses_to_run_unsandboxed(monkeypatch):
     """Without bubblewrap, autograding stops with a message saying how to install it or opt out."""
-    from preprocessors import NO_BWRAP, SandboxedExecute
+    from tfmgrader.preprocessors import NO_BWRAP, SandboxedExecute
     monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.delenv("TFMLIB_GRADING_UNSAFE", raising=False)
     with pytest.raises(RuntimeError, match="bubblewrap"):
@@ -567,7 +566,7 @@ def test_exchange_round_trip_with_two_student_accounts():
 
     instructor("generate_assignment", assignment, "--force")
     instructor("release_assignment", assignment, "--force")
-    from make_class import answered
+    from tfmgrader.notebooks import answered
     source = nbformat.read(course / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
     for user in students:
         home = Path(f"/home/{user}")

@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT / "scripts" / "grading"))
 
-import grade  # noqa: E402
+from tfmgrader import batch, course as course_config  # noqa: E402
+from tfmgrader.report import SubmissionReport  # noqa: E402
 
 A = "03_self_attention"
 # Ten submissions: correct ones in four forms, wrong ones, a tampering attack, a killed kernel, a broken file.
@@ -43,7 +42,7 @@ def env_for(course: Path) -> dict:
 def make_course(path: Path, db_url: str | None = None) -> Path:
     """A course folder with the repository's configuration, the assignment generated (into ``db_url``, else
     the SQLite gradebook) and the ten submissions."""
-    from make_class import make_class
+    from fixtures.make_class import make_class
 
     path.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "nbgrader_config.py", path)
@@ -121,21 +120,21 @@ def sequential(template, tmp_path_factory):
 
 def test_shards_are_stable_and_cover_every_student():
     students = [f"student{i:04d}" for i in range(1200)]
-    shards = [[s for s in students if grade.shard_of(s, 4) == i] for i in range(4)]
+    shards = [[s for s in students if batch.shard_of(s, 4) == i] for i in range(4)]
     assert sorted(sum(shards, [])) == students, "every student in exactly one shard"
     assert all(250 <= len(s) <= 350 for s in shards), [len(s) for s in shards]
-    code = "import sys; sys.path.insert(0, 'scripts'); import grade; print(grade.shard_of('alice', 7))"
+    code = "from tfmgrader.batch import shard_of; print(shard_of('alice', 7))"
     runs = {subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
-    assert runs == {f"{grade.shard_of('alice', 7)}\n"}, "the same shard in every process"
-    assert grade.parse_shard("0/4") == (0, 4) and grade.parse_shard("3/4") == (3, 4)
+    assert runs == {f"{batch.shard_of('alice', 7)}\n"}, "the same shard in every process"
+    assert batch.parse_shard("0/4") == (0, 4) and batch.parse_shard("3/4") == (3, 4)
     for bad in ("4/4", "-1/4", "1", "a/b"):
         with pytest.raises(SystemExit):
-            grade.parse_shard(bad)
+            batch.parse_shard(bad)
 
 
 def test_plan_grades_only_what_is_missing(tmp_path):
-    state = grade.State(tmp_path)
+    state = batch.State(tmp_path)
     fps = {s: "fp-" + s for s in ("a", "b", "c", "d", "e", "f", "g")}
     row = lambda s, status="graded": {"student_id": s, "status": status}  # noqa: E731
     state.mark_done("a", row("a"), fps["a"])                    # finished
@@ -144,10 +143,10 @@ def test_plan_grades_only_what_is_missing(tmp_path):
     state.mark_done("d", row("d"), fps["d"])                     # finished, but not in this gradebook
     state.mark_done("e", row("e", "invalid notebook"), fps["e"], saved=False)  # never in a gradebook
     state.mark_done("f", row("f", "timed out"), fps["f"], too_busy=True)       # the machine was too busy
-    todo, regraded = grade.plan(sorted(fps), fps, state, {"a", "c", "f"}, regrade=False)
+    todo, regraded = batch.plan(sorted(fps), fps, state, {"a", "c", "f"}, regrade=False)
     assert todo == ["b", "c", "d", "f", "g"]
     assert set(regraded) == {"b", "c", "d", "f"} and "stopped" in regraded["b"] and "busy" in regraded["f"]
-    assert grade.plan(sorted(fps), fps, state, {"a", "c"}, regrade=True) == (sorted(fps), {})
+    assert batch.plan(sorted(fps), fps, state, {"a", "c"}, regrade=True) == (sorted(fps), {})
     assert not any(p.name.endswith(".tmp") for p in state.folder.iterdir()), "markers are renamed into place"
 
 
@@ -174,7 +173,7 @@ def test_jobs_on_a_busy_machine_give_the_same_grades(template, sequential, tmp_p
     """Two jobs while every core is kept busy (one spinning process per core): slower, but grades.csv, the
     reports and the gradebook are those of the sequential run on an idle machine."""
     course = fresh(template, tmp_path / "course")
-    spinners = busy(grade.default_jobs())
+    spinners = busy(batch.default_jobs())
     try:
         proc = run_grade(course, "--jobs", "2")
     finally:
@@ -208,10 +207,11 @@ class FakeAPI:
         return {"success": False, "error": "stop before the gradebook", "log": ""}
 
 
-STARVED = {"execution": "a cell ran longer than 30 s and the kernel was stopped (the grading machine was "
+STARVED = {"execution": "timed out",
+           "stopped": "a cell ran longer than 30 s and the kernel was stopped (the grading machine was "
                         "overloaded: the kernel got 0.4 s of CPU in 30 s)",
            "starved": "the kernel got 0.4 s of CPU in 30 s"}
-LOOP = {"execution": "a cell ran longer than 30 s and the kernel was stopped"}
+LOOP = {"execution": "timed out", "stopped": "a cell ran longer than 30 s and the kernel was stopped"}
 NO_KERNEL = {"error": "RuntimeError: Kernel died before replying to kernel_info"}
 
 
@@ -227,22 +227,22 @@ def test_a_starved_submission_is_graded_again(tmp_path, monkeypatch, attempts, r
     shutil.copy(ROOT / "solutions" / A / f"{A}.ipynb", folder)
     fake = FakeAPI(tmp_path / "reports", attempts)
     monkeypatch.chdir(tmp_path)                 # _init_worker changes into the course folder
-    grade._init_worker({"course": str(tmp_path), "assignment": A, "out": str(tmp_path / "out"), "extra_config": None,
+    batch.init_worker({"course": str(tmp_path), "assignment": A, "out": str(tmp_path / "out"), "extra_config": None,
                         "db_url": "sqlite://", "reports_dir": str(tmp_path / "reports"),
                         "submitted": str(tmp_path / "submitted"), "expected": [f"{A}.ipynb"], "max_score": 11,
                         "retries": 1})
-    monkeypatch.setattr(grade, "_api", lambda patient=False: fake)
-    monkeypatch.setattr(grade, "RETRY_PAUSE", 0)
-    monkeypatch.setattr(grade, "status_of", lambda result, report: (
-        ("crashed", result["error"]) if not report else
-        ("timed out", report["nb"]["execution"]) if report["nb"]["execution"] != "ok" else ("graded", "")))
-    row = grade.grade_one("s1", "fp")
+    monkeypatch.setattr(batch, "worker_api", lambda patient=False: fake)
+    monkeypatch.setenv("GRADER_RETRY_PAUSE", "0")
+    monkeypatch.setattr(SubmissionReport, "status", lambda report, result: (
+        ("crashed", result["error"]) if not report.notebooks else
+        ("timed out", report.notebooks["nb"].stopped) if report.notebooks["nb"].execution != "ok" else ("graded", "")))
+    row = batch.grade_one("s1", "fp")
     report = json.loads((tmp_path / "out" / "reports" / "s1.json").read_text())
     assert len(fake.calls) == len(attempts) and len(report["retried"]) == retried
     assert row["status"] == status
     if retried == 2:
         assert "too busy" in row["reason"] and "quieter machine" in row["reason"]
-    marker = grade.State(tmp_path / "out").done("s1")
+    marker = batch.State(tmp_path / "out").done("s1")
     assert marker["row"] == row and marker["too_busy"] == (retried == 2), "still starved: a re-run tries again"
 
 
@@ -390,7 +390,7 @@ def test_guide_nbgrader_configuration_loads(tmp_path, monkeypatch):
     cfg = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
     assert cfg.CourseDirectory.db_url == url
     assert [p.__name__ for p in cfg.Autograde.autograde_preprocessors][:1] == ["SandboxedExecute"]
-    assert grade.load_config(course).CourseDirectory.db_url == url, "grade.py uses the course's gradebook"
+    assert course_config.load_config(course).CourseDirectory.db_url == url, "grade.py uses the course's gradebook"
     monkeypatch.delenv("NBGRADER_DB_URL")
     monkeypatch.chdir(course)
     cfg = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
@@ -456,11 +456,11 @@ def test_a_new_gradebook_gets_its_course_row_before_the_workers_start(tmp_path):
     and a worker that still loses such a race is retried, never scored."""
     from nbgrader.api import Gradebook
     url = f"sqlite:///{tmp_path / 'gradebook.db'}"
-    grade.ensure_course(url, "some-course")
-    grade.ensure_course(url, "some-course")          # a second grader (or shard) finds it
+    course_config.ensure_course(url, "some-course")
+    course_config.ensure_course(url, "some-course")          # a second grader (or shard) finds it
     from nbgrader.api import Course
     with Gradebook(url, "some-course") as gb:
         assert [c.id for c in gb.db.query(Course)] == ["some-course"]
     for text in ("sqlite3.IntegrityError) UNIQUE constraint failed: course.id",
                  "psycopg.errors.UniqueViolation: duplicate key value violates unique constraint \"course_pkey\""):
-        assert grade.overloaded({"success": False, "error": text}, {}), text
+        assert batch.overloaded({"success": False, "error": text}, SubmissionReport()), text

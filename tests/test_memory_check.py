@@ -1,4 +1,4 @@
-"""Exercise 7's memory test measures memory whatever library an answer computes with (tfmlib.checking.peak_memory).
+"""Exercise 7's memory test measures memory whatever library an answer computes with (tfmcheck.checking.peak_memory).
 
 Fast tests run the trusted test cell of the solution notebook in this process on answers written in several
 styles; the slow test grades a handful of submissions through both grading paths (scripts/grade.py and plain
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-import tfmlib.checking as check
+import tfmcheck.checking as check
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "solutions" / "07_efficiency" / "07_efficiency.ipynb"
@@ -160,7 +160,7 @@ def run_cells(answer: str, tests=("test_blockwise_values", MEMORY_TEST)) -> dict
     exec(answer, ns)  # noqa: S102
     verdicts = {}
     for name in tests:
-        check._begin_test(name)
+        check.begin_test(name)
         try:
             with contextlib.redirect_stdout(io.StringIO()):
                 exec(cells[name], ns)  # noqa: S102
@@ -302,8 +302,7 @@ def test_blockwise_answers_keep_them(kind):
 
 
 def test_every_correct_style_keeps_them():
-    sys.path.insert(0, str(ROOT / "scripts" / "grading"))
-    from styles import STYLES
+    from fixtures.answers import STYLES
     for style, answers in STYLES["07_efficiency"].items():
         assert run_cells(answers["blockwise"]) == {"test_blockwise_values": None, MEMORY_TEST: None}, style
 
@@ -311,19 +310,15 @@ def test_every_correct_style_keeps_them():
 def test_the_replay_reaches_the_memory_verdict_outside_the_kernel(tmp_path):
     """The kernel records (result, usage); the grader's replay of the trusted cell serves both and reaches the
     same verdict, with the same message."""
-    from tfmlib import trace
-    sys.path.insert(0, str(ROOT / "scripts" / "grading"))
-    from verify import replay
+    from tfmcheck import trace
+    from tfmgrader.verify import replay
 
     cells = notebook_cells()
     trusted = [("setup", cells["setup"], False), (MEMORY_TEST, cells[MEMORY_TEST], True)]
     for answer, passes in [(FULL_NUMPY, False), (NUMPY_SCALARS, True)]:
         path = tmp_path / f"trace-{passes}.jsonl"
-        previous, check._MODE = check._MODE, trace.Recorder(str(path))
-        try:
+        with check.recording(path):
             inside = run_cells(answer, tests=(MEMORY_TEST,))
-        finally:
-            check._MODE = previous
         records, problems = trace.load(path)
         assert problems == [] and len(records) == (2 if passes else 1)   # visible, then hidden call
         assert all(set(r["value"]["tuple"][1]["dict"]) == {"numel", "op", "shape", "traced_bytes"}
@@ -347,9 +342,9 @@ def test_both_grading_paths_take_the_memory_points_from_full_matrix_answers(tmp_
 
     from test_grading import autograde, new_course, require_bwrap
     require_bwrap()
-    sys.path.insert(0, str(ROOT / "scripts" / "grading"))
-    from make_class import answered, with_answers
-    from styles import STYLES
+    from fixtures.make_class import with_answers
+    from tfmgrader.notebooks import answered
+    from fixtures.answers import STYLES
 
     a = "07_efficiency"
     env = new_course(tmp_path, [a])

@@ -1,5 +1,5 @@
 """A killed grader leaves nothing running: every sandboxed kernel dies with the grader that started it, and a
-re-run ends what an earlier crash left (scripts/grading/lifetime.py)."""
+re-run ends what an earlier crash left (scripts/tfmgrader/lifetime.py)."""
 import csv
 import json
 import os
@@ -14,11 +14,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts" / "grading"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import lifetime  # noqa: E402
-from sandbox_kernel import KERNEL_UIDS  # noqa: E402
+from tfmgrader import lifetime  # noqa: E402
+from tfmgrader.sandbox_kernel import KERNEL_UIDS  # noqa: E402
 
 A = "03_self_attention"
 KINDS = {"correct-plain", "correct-stripped", "wrong-first", "wrong-last"}
@@ -39,13 +37,13 @@ def require_root_and_bwrap():
 def test_the_death_signal_survives_exec_and_a_late_launcher_stops():
     """PR_SET_PDEATHSIG set by die_with_grader is kept across exec: the exec'd program dies with its parent;
     a launcher whose grader is already gone does not start anything."""
-    code = ("import os, sys, subprocess\nsys.path.insert(0, %r)\nimport lifetime\n"
+    code = ("import os, sys, subprocess\nfrom tfmgrader import lifetime\n"
             "child = os.fork()\n"
             "if child == 0:\n"
             "    os.environ[lifetime.OWNER_ENV] = lifetime.owner_tag('/nowhere', os.getppid())\n"
             "    lifetime.die_with_grader()\n"
             "    os.execvp('sleep', ['sleep', '60'])\n"
-            "print(child, flush=True)\nimport time; time.sleep(1)\nos._exit(0)\n") % str(ROOT / "scripts" / "grading")
+            "print(child, flush=True)\nimport time; time.sleep(1)\nos._exit(0)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     child = int(out.stdout.split()[0])
     deadline = time.monotonic() + 5
@@ -54,8 +52,8 @@ def test_the_death_signal_survives_exec_and_a_late_launcher_stops():
     assert lifetime.start_time(child) is None, "the exec'd program outlived its parent"
     gone = subprocess.Popen(["true"])
     gone.wait()
-    late = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, %r); import lifetime; "
-                           "lifetime.die_with_grader(); print('started')" % str(ROOT / "scripts" / "grading")],
+    late = subprocess.run([sys.executable, "-c", "from tfmgrader import lifetime; "
+                           "lifetime.die_with_grader(); print('started')"],
                           env={**os.environ, lifetime.OWNER_ENV: f"{gone.pid}:1:/nowhere"}, capture_output=True,
                           text=True, timeout=30)
     assert late.returncode != 0 and "started" not in late.stdout and "already stopped" in late.stderr
@@ -177,7 +175,7 @@ def worker_of_a_kernel(tag: str, batch: int) -> int | None:
 @pytest.fixture(scope="module")
 def template(tmp_path_factory):
     require_root_and_bwrap()
-    from make_class import make_class
+    from fixtures.make_class import make_class
     from test_grading import new_course
 
     root = tmp_path_factory.mktemp("orphans") / "course"

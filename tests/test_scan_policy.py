@@ -1,23 +1,21 @@
 """The scan's policy: reviewed allow-lists as data (pinned), no code from data, one list of shortcuts."""
 import importlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts" / "grading"))
 
-import policy  # noqa: E402
-import scan  # noqa: E402
-from make_class import CODE_FROM_DATA  # noqa: E402
-from scan import scan_cells  # noqa: E402
+from tfmgrader import policy  # noqa: E402
+from tfmgrader import scan  # noqa: E402
+from fixtures.make_class import CODE_FROM_DATA  # noqa: E402
+from tfmgrader.scan import scan_cells  # noqa: E402
 
-import tfmlib.checking as check  # noqa: E402
+import tfmcheck.checking as check  # noqa: E402
 
-SETUP = ["import math\nimport torch\nimport tfmlib.checking as check\n"]
+SETUP = ["import math\nimport torch\nimport tfmcheck.checking as check\n"]
 TESTS = ["out = f(torch.ones(2))\ncheck.assert_close('f', out, torch.ones(2))\n"]
 
 
@@ -29,7 +27,7 @@ def flags_for(code):
 
 def test_the_installed_packages_admit_exactly_what_the_lock_pins():
     """An upgrade that adds a name to what the list admits, or changes what a listed name refers to,
-    fails here; after a review, `python scripts/grading/policy.py --write-lock` records the new state."""
+    fails here; after a review, `python scripts/tfmgrader/policy.py --write-lock` records the new state."""
     lock = json.loads(policy.LOCK.read_text())
     now = policy.resolve(policy.load())
     assert policy.differences(lock, now) == []
@@ -111,8 +109,8 @@ def test_one_shortcut_policy_feeds_both_checks():
     for group, (names, paths) in check.SHORTCUT_POLICY.items():
         assert check.SHORTCUTS[group][0] == set(names)
         for path in paths:
-            obj = check._resolve_dotted(path)
-            assert check._functions_of(obj) or not hasattr(obj, "__code__"), path
+            obj = check.resolve_dotted(path)
+            assert check.functions_of(obj) or not hasattr(obj, "__code__"), path
             leaf = path.rsplit(".", 1)[1]
             assert any(leaf in f.reason for f in flags_for(f"import torch\nx = {path}")), path
 

@@ -1,5 +1,5 @@
-"""The grader checks itself first (scripts/grading/selfcheck.py) and its sandbox sees the course library however
-it was installed (scripts/grading/library_view.py)."""
+"""The grader checks itself first (scripts/tfmgrader/selfcheck.py) and its sandbox sees the course library however
+it was installed (scripts/tfmgrader/library_view.py)."""
 import csv
 import json
 import os
@@ -12,15 +12,15 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT / "scripts" / "grading"))
 
-import grade  # noqa: E402
-from library_view import plan_view  # noqa: E402
-from selfcheck import describe, setup_failure  # noqa: E402
+from tfmgrader.batch import State, plan  # noqa: E402
+from tfmgrader.report import SubmissionReport  # noqa: E402
+from tfmgrader.library_view import plan_view  # noqa: E402
+from tfmgrader.selfcheck import describe, setup_failure  # noqa: E402
 
 A = "01_rnn_limits"
 VENV_SITE = Path(sys.prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+PACKAGE_FOLDERS = ("tfmlib", "scripts/tfmcheck", "scripts/tfmgrader")   # what pyproject.toml installs
 
 
 def require_bwrap():
@@ -57,29 +57,33 @@ def test_library_view_of_each_installation(tmp_path):
 
 
 def test_sandbox_shows_only_tfmlib_of_a_checkout(tmp_path):
-    """With PYTHONPATH to a checkout, the sandbox binds its tfmlib folder alone and sets PYTHONPATH to the
-    checkout, where nothing else (the solutions beside it) exists."""
+    """With PYTHONPATH to a checkout (and to its scripts/ folder, for tfmcheck), the sandbox binds the folders of
+    tfmlib and tfmcheck alone and sets PYTHONPATH to their parents, where nothing else (the solutions, the
+    grader beside tfmcheck) exists."""
     checkout = tmp_path / "checkout"
-    shutil.copytree(ROOT / "tfmlib", checkout / "tfmlib", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("tfmlib", "scripts/tfmcheck", "scripts/tfmgrader"):
+        shutil.copytree(ROOT / package, checkout / package, ignore=shutil.ignore_patterns("__pycache__"))
     (checkout / "solutions").mkdir()
     run = tmp_path / "private" / "run"
     run.mkdir(parents=True, mode=0o700)
     conn = tmp_path / "private" / "kernel.json"
     conn.write_text(json.dumps({"transport": "ipc", "ip": str(run / "kernel")}))
-    grading = ROOT / "scripts" / "grading"
-    code = (f"import sys; sys.argv = [{str(grading / 'sandbox_kernel.py')!r}]; sys.path.insert(0, {str(grading)!r})\n"
-            "import json, sandbox_kernel\n"
+    grading = ROOT / "scripts" / "tfmgrader"
+    code = (f"import sys; sys.argv = [{str(grading / 'sandbox_kernel.py')!r}]\n"
+            "import json\nfrom tfmgrader import sandbox_kernel\n"
             f"print(json.dumps(sandbox_kernel.bwrap_command({str(conn)!r}, {str(tmp_path)!r})))")
     proc = subprocess.run([sys.executable, "-c", code],
-                          env={**os.environ, "PYTHONPATH": str(checkout)}, capture_output=True, text=True,
-                          cwd=tmp_path)
+                          env={**os.environ, "PYTHONPATH": f"{checkout}:{checkout / 'scripts'}"},
+                          capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     cmd = json.loads(proc.stdout)
     binds = {(cmd[i + 1], cmd[i + 2]) for i, arg in enumerate(cmd) if arg in ("--ro-bind", "--bind")}
     assert (str(checkout / "tfmlib"), str(checkout / "tfmlib")) in binds
-    assert not any(src in (str(checkout), str(checkout / "solutions")) for src, _ in binds), binds
+    assert (str(checkout / "scripts" / "tfmcheck"), str(checkout / "scripts" / "tfmcheck")) in binds
+    assert not any(src in (str(checkout), str(checkout / "solutions"), str(checkout / "scripts"),
+                           str(checkout / "scripts" / "tfmgrader")) for src, _ in binds), binds
     env = {cmd[i + 1]: cmd[i + 2] for i, arg in enumerate(cmd) if arg == "--setenv"}
-    assert env["PYTHONPATH"] == str(checkout)
+    assert env["PYTHONPATH"] == f"{checkout}:{checkout / 'scripts'}"
 
 
 # --- the per-submission guard and the resumable state -----------------------------------------------
@@ -111,12 +115,12 @@ def test_a_failed_setup_cell_is_the_environments_fault_only_before_learner_code(
 
 def test_an_environment_error_is_never_graded_and_graded_again(tmp_path):
     report = {"nb": {"execution": "ok", "setup_error": "the read-only setup cell 'setup' failed: x"}}
-    status, reason = grade.status_of({"success": False, "error": "EnvironmentProblem"}, report)
+    status, reason = SubmissionReport.from_json(report).status({"success": False, "error": "EnvironmentProblem"})
     assert status == "environment error" and "setup cell" in reason
-    state = grade.State(tmp_path)
+    state = State(tmp_path)
     state.mark_done("a", {"student_id": "a"}, "fp", saved=False, env_error=True)
     state.mark_done("b", {"student_id": "b"}, "fp", saved=False)
-    todo, regraded = grade.plan(["a", "b"], {"a": "fp", "b": "fp"}, state, set(), regrade=False)
+    todo, regraded = plan(["a", "b"], {"a": "fp", "b": "fp"}, state, set(), regrade=False)
     assert todo == ["a"] and "environment error" in regraded["a"]
 
 
@@ -133,7 +137,7 @@ def base_env(cache: Path) -> dict:
 def make_course(path: Path, env: dict, setup_line: str = "") -> Path:
     """A course with one small assignment (``setup_line`` added to its read-only setup cell), generated, and
     two submissions: a correct and a wrong one."""
-    from make_class import make_class
+    from fixtures.make_class import make_class
 
     path.mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", path)
@@ -227,7 +231,8 @@ def wheel(tmp_path_factory):
     """tfmlib built as a wheel, offline, from a copy of the sources (the checkout stays untouched)."""
     work = tmp_path_factory.mktemp("wheel")
     src = work / "src"
-    shutil.copytree(ROOT / "tfmlib", src / "tfmlib", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in PACKAGE_FOLDERS:
+        shutil.copytree(ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
@@ -257,14 +262,16 @@ def test_the_solution_is_graded_in_every_installation(setup, wheel, tmp_path_fac
     elif setup == "pythonpath":
         python = new_venv(work / "env")
         checkout = work / "checkout"
-        shutil.copytree(ROOT / "tfmlib", checkout / "tfmlib", ignore=shutil.ignore_patterns("__pycache__"))
-        env["PYTHONPATH"] = str(checkout)
-    where = subprocess.run([python, "-c", "import tfmlib, sys; print(tfmlib.__file__, sys.prefix)"], env=env,
+        for package in PACKAGE_FOLDERS:
+            shutil.copytree(ROOT / package, checkout / package, ignore=shutil.ignore_patterns("__pycache__"))
+        env["PYTHONPATH"] = f"{checkout}:{checkout / 'scripts'}"     # tfmlib, and tfmcheck and tfmgrader
+    where = subprocess.run([python, "-c", "import tfmlib, tfmcheck, tfmgrader, sys; print(tfmlib.__file__, sys.prefix, "
+                            "tfmcheck.__file__, tfmgrader.__file__)"], env=env,
                            cwd=work, capture_output=True, text=True, check=True).stdout.split()
     expected_home = {"editable": str(ROOT), "regular": str(work / "env"), "pythonpath": str(work / "checkout"),
                      "conda-style": str(work / "env")}[setup]
-    assert where[0].startswith(expected_home), (setup, where)
-    proc = subprocess.run([python, str(ROOT / "scripts" / "grading" / "selfcheck.py"), "--course", str(course),
+    assert all(w.startswith(expected_home) for w in where[:1] + where[2:]), (setup, where)
+    proc = subprocess.run([python, str(ROOT / "scripts" / "tfmgrader" / "selfcheck.py"), "--course", str(course),
                            "--assignment", A], env=env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, (setup, proc.stdout[-3000:], proc.stderr[-3000:])
     result = json.loads(proc.stdout)

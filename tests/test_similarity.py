@@ -1,21 +1,19 @@
-"""Copy detection (scripts/grading/similarity.py) and the class's mistake report (mistakes.py), without nbgrader.
+"""Copy detection (scripts/tfmgrader/similarity.py) and the class's mistake report (mistakes.py), without nbgrader.
 
 The calibration test builds the class of scripts/similarity_calibration.py (correct styles, wrong answers,
 disguised copies of tfmlib and of the solutions, copies between students) for 03, 04 and 07 and requires the
 targets of issue 17: at least 95% of the copied functions flagged with the right source, no independent
 answer flagged.
 """
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts" / "grading"))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import similarity as sim  # noqa: E402
-from disguise import KINDS, disguise  # noqa: E402
+from tfmgrader import similarity as sim  # noqa: E402
+from tfmgrader.files import write_csv  # noqa: E402
+from fixtures.disguise import KINDS, disguise  # noqa: E402
 
 SDPA = '''def scaled_dot_product_attention(q, k, v, mask=None):
     """Docstring."""
@@ -119,8 +117,8 @@ def test_calibration_meets_the_targets():
 def test_mistakes_are_named_from_the_catalogue(tmp_path):
     import nbformat
 
-    import mistakes
-    from tfmlib.feedback import CATALOGUE
+    from tfmgrader import mistakes
+    from tfmcheck.feedback import CATALOGUE
 
     notebooks = [ROOT / "solutions" / "03_self_attention" / "03_self_attention.ipynb"]
     tests = mistakes.test_functions(notebooks)
@@ -150,6 +148,6 @@ def test_mistakes_are_named_from_the_catalogue(tmp_path):
     assert got[("causal_mask", "no named cause", "")] == 1
     assert got[("causal_mask", "flagged for similarity", "")] == 1
     assert got[("self_attention", "failed", "")] == 0
-    mistakes.write_csv(tmp_path / "mistakes.csv", rows)
+    write_csv(tmp_path / "mistakes.csv", rows, mistakes.FIELDS)
     mistakes.plot(tmp_path / "mistakes.png", "03_self_attention", rows)
     assert (tmp_path / "mistakes.png").stat().st_size > 1000

@@ -504,7 +504,6 @@ def test_no_graded_answer_is_shown_unfolded(site_dir):
     The library's listings are folded after each chapter's exercise link: opening every <details> must find
     each of them again, so the check is not passing on pages it cannot read.
     """
-    sys.path.insert(0, str(ROOT / "scripts"))
     import spoilers
 
     bodies = spoilers.graded_bodies()

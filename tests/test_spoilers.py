@@ -5,13 +5,11 @@ These tests run on small hand-made pages, in milliseconds; the check on the buil
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 
 import spoilers  # noqa: E402
 

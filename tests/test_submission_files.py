@@ -1,5 +1,5 @@
 """Only what the assignment released reaches the grading kernel: files a learner submits beside the notebook
-are withheld and reported (scripts/grading/submission_files.py, book/appendix/grading.md)."""
+are withheld and reported (scripts/tfmgrader/submission_files.py, book/appendix/grading.md)."""
 import csv
 import json
 import os
@@ -12,10 +12,8 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts" / "grading"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import submission_files as sf  # noqa: E402
+from tfmgrader import submission_files as sf  # noqa: E402
 
 A = "03_self_attention"
 
@@ -143,7 +141,8 @@ def course(tmp_path_factory):
     """One course, three submissions: the probe with every hostile file (its answers wrong), a correct answer
     with an honest learner's stray files, and a plain correct answer; the scan is off on every path."""
     require_sandbox()
-    from make_class import answered, attack
+    from fixtures.make_class import attack
+    from tfmgrader.notebooks import answered
     from test_grading import new_course
 
     root = tmp_path_factory.mktemp("files")
@@ -238,14 +237,13 @@ def test_the_unsandboxed_opt_out_keeps_submitted_files_off_the_import_path(cours
 
 def test_grade_py_refuses_a_notebook_submitted_as_a_link(tmp_path):
     """nbgrader would read whatever the link points to (here the instructor's solution) as the submission."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import grade
+    from tfmgrader import course
 
     folder = tmp_path / "sub"
     folder.mkdir()
     os.symlink(ROOT / "solutions" / A / f"{A}.ipynb", folder / f"{A}.ipynb")
-    problem = grade.check_submission(folder, [f"{A}.ipynb"])
+    problem = course.check_submission(folder, [f"{A}.ipynb"])
     assert problem and "is a link" in problem
     (folder / f"{A}.ipynb").unlink()
     (folder / f"{A}.ipynb").write_bytes((ROOT / "solutions" / A / f"{A}.ipynb").read_bytes())
-    assert grade.check_submission(folder, [f"{A}.ipynb"]) is None
+    assert course.check_submission(folder, [f"{A}.ipynb"]) is None

@@ -1,4 +1,4 @@
-"""Record and replay of learners' results (tfmlib.trace): the grader's verdicts reached outside the kernel."""
+"""Record and replay of learners' results (tfmcheck.trace): the grader's verdicts reached outside the kernel."""
 import json
 import sys
 from pathlib import Path
@@ -6,10 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tfmlib import trace
+from tfmcheck import trace
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts" / "grading"))
 
 
 @pytest.mark.parametrize("value", [
@@ -106,15 +105,15 @@ def test_a_second_record_of_a_call_is_reported(tmp_path):
 
 def test_replay_of_a_test_cell(tmp_path):
     """verify.replay runs trusted cells against records: a wrong recorded result fails, a right one passes."""
-    from verify import replay
-    setup = ("setup", "import torch\nimport tfmlib.checking as check\n", False)
+    from tfmgrader.verify import replay
+    setup = ("setup", "import torch\nimport tfmcheck.checking as check\n", False)
     test = ("t1", "x = torch.arange(4.0)\ncheck.assert_close('double', check.call(double, x), 2 * x)\n", True)
     for factor, verdict in [(2, True), (3, False)]:
         path = tmp_path / f"t{factor}.jsonl"
         rec = trace.Recorder(str(path))
         rec.begin("t1")
-        import tfmlib.checking as check
-        check._begin_test("t1")
+        import tfmcheck.checking as check
+        check.begin_test("t1")
         x = torch.arange(4.0)
         rec.record(((x,), {}), lambda: factor * x)
         records, problems = trace.load(path)
@@ -127,22 +126,19 @@ def test_a_memory_measurement_is_recorded_and_served(tmp_path):
     memory verdict is reached outside it."""
     import numpy as np
 
-    import tfmlib.checking as check
+    import tfmcheck.checking as check
     x = torch.randn(16, 4, dtype=torch.float64)
 
     def full(x):
         return torch.from_numpy(np.exp(x.numpy() @ x.numpy().T) @ x.numpy())
     path = tmp_path / "t.jsonl"
-    previous, check._MODE = check._MODE, trace.Recorder(str(path))
-    try:
-        check._begin_test("mem")
+    with check.recording(path):
+        check.begin_test("mem")
         out, usage = check.peak_memory(full, x)
-        records, problems = trace.load(path)
-        check._MODE = trace.Replayer(records)
-        check._begin_test("mem")
+    records, problems = trace.load(path)
+    with check.replay(records):
+        check.begin_test("mem")
         out2, usage2 = check.peak_memory(full, x)
-    finally:
-        check._MODE = previous
     assert problems == [] and torch.equal(out, out2) and usage2 == usage
     assert usage["traced_bytes"] >= 16 * 16 * 8 and usage["numel"] == 16 * 4 and usage["shape"] == [16, 4]
     with pytest.raises(check.CheckFailure, match="measured with tracemalloc"):

@@ -49,7 +49,7 @@ def new_cache(n_layers: int, max_len: int) -> list:
     return [KVCache(max_len) for _ in range(n_layers)]
 
 
-def _position_parts(pos: str, d_model: int, max_len: int, max_rel: int):
+def position_parts(pos: str, d_model: int, max_len: int, max_rel: int):
     """(module adding absolute positions or None, attention class) for a position scheme — chapter 5."""
     if pos not in POSITION_SCHEMES:
         raise ValueError(f"pos must be one of {POSITION_SCHEMES}, got {pos!r}")
@@ -210,7 +210,7 @@ class DecoderLM(nn.Module):
         d_ff = d_ff or 4 * d_model
         self.max_len, self.pos_scheme = max_len, pos
         self.tok_emb = nn.Embedding(vocab_size, d_model)
-        self.positions, attention_cls = _position_parts(pos, d_model, max_len, max_rel)
+        self.positions, attention_cls = position_parts(pos, d_model, max_len, max_rel)
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
             DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first, activation, cross_attention=False,

@@ -1,0 +1,545 @@
+"""Trusted checks for the graded exercises (the nbgrader test cells in ``solutions/`` and ``notebooks/``).
+
+The first, read-only cell of every exercise notebook runs ``import tfmcheck.checking as check`` before any
+learner code, and this module captures at import time the functions it compares with and the reference
+implementations the hidden tests use.  So a learner cell that later redefines ``torch.allclose``,
+``torch.nn.functional.scaled_dot_product_attention`` or a ``Tensor`` method changes neither the comparisons
+nor the references.
+
+- ``assert_close(name, got, expected)`` / ``assert_equal``: exact type (``type(got) is torch.Tensor``), shape,
+  dtype, then values; a failure says what was expected and what came back, with a small example and a hint.
+- ``call(fn, *args, forbid=(...))`` runs the learner's function inside ``forbid_shortcuts(...)``: calling one
+  of the listed shortcuts (tfmlib's own implementations, ``torch.nn.functional.scaled_dot_product_attention``,
+  ``torch.nn.MultiheadAttention``, layer norm, PyTorch's RNNs, ...) raises ``ShortcutError`` ("write your own").
+- ``ref`` holds trusted references (PyTorch's own implementations) for the hidden tests.
+- ``peak_memory(fn, ...)`` measures the memory a function uses whatever it computes with: the largest tensor a
+  torch operation creates or uses, and (``tracemalloc``) the bytes NumPy arrays and Python objects hold at once;
+  ``assert_memory_below`` compares that with limits (blockwise attention must never build the full ``(Tq, Tk)``
+  score matrix).
+
+- When a notebook is graded, ``call`` and ``peak_memory`` also record each result (in the learner's kernel) and the
+  grader replays the test cells on those records in its own process (``tfmcheck.trace``, ``begin_test``,
+  ``replay``): the verdict that counts is reached where no learner code runs.
+
+This module must stay importable without matplotlib; it imports torch and the standard library only.
+The instructor guide (book/appendix/instructors.md) describes what it defends against and what it does not.
+"""
+from __future__ import annotations
+
+import builtins
+import contextlib
+import math
+import os
+import sys
+import tracemalloc
+import types
+import zlib
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tfmcheck import trace as _trace
+import tfmlib
+from tfmlib.utils import seed_everything
+
+# ---------------------------------------------------------------------------------------------------------
+# Trusted copies, bound when the setup cell imports this module (before any learner code runs).
+# ---------------------------------------------------------------------------------------------------------
+_Tensor = torch.Tensor
+_type = builtins.type
+_isinstance = builtins.isinstance
+_len = builtins.len
+_float = builtins.float
+_tuple = builtins.tuple
+_max, _range = builtins.max, builtins.range
+_allclose = torch.allclose
+_equal = torch.equal
+_isnan = torch.isnan
+_tabs = torch.abs
+_detach = torch.Tensor.detach
+_reshape = torch.Tensor.reshape
+_tolist = torch.Tensor.tolist
+_to = torch.Tensor.to
+_numel = torch.Tensor.numel
+_any = torch.Tensor.any
+_shape_of = torch._C.TensorBase.__dict__["shape"].__get__
+_dtype_of = torch._C.TensorBase.__dict__["dtype"].__get__
+_getprofile, _setprofile = sys.getprofile, sys.setprofile
+_fn_modes = torch._C._len_torch_function_stack
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_TorchFunctionMode = torch.overrides.TorchFunctionMode
+_tm_start, _tm_stop, _tm_is_tracing = tracemalloc.start, tracemalloc.stop, tracemalloc.is_tracing
+_tm_traced, _tm_reset_peak = tracemalloc.get_traced_memory, tracemalloc.reset_peak
+_is_wrapped, _unwrapped = torch._C._functorch.is_functorch_wrapped_tensor, torch._C._functorch.get_unwrapped
+
+_TFMLIB_DIR = os.path.dirname(os.path.abspath(tfmlib.__file__)) + os.sep   # the "tfmlib" shortcut group
+
+#: Trusted reference implementations (PyTorch's own) for the hidden tests.
+ref = types.SimpleNamespace(
+    scaled_dot_product_attention=F.scaled_dot_product_attention,
+    layer_norm=F.layer_norm,
+    softmax=torch.softmax,
+    RNN=nn.RNN,
+    MultiheadAttention=nn.MultiheadAttention,
+    autograd_grad=torch.autograd.grad,
+    tril=torch.tril,
+    matmul=torch.matmul,
+    randn=torch.randn,
+    rand=torch.rand,
+    randint=torch.randint,
+)
+
+
+class CheckFailure(AssertionError):
+    """A graded check failed; the message says what was expected, what came back, and a hint."""
+
+
+class ShortcutError(RuntimeError):
+    """The learner's function called an implementation it is meant to write itself."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Comparisons
+# ---------------------------------------------------------------------------------------------------------
+def _fail(name, message, hint=None):
+    __tracebackhide__ = True  # IPython shows the test cell's line, not this frame
+    text = f"{name}: {message}"
+    if hint:
+        text += f"\nHint: {hint}"
+    raise CheckFailure(text)
+
+
+def _no_modes(name):
+    __tracebackhide__ = True
+    if _fn_modes() or _dispatch_modes():
+        _fail(name, "a torch function/dispatch mode is active while checking; the checks need plain PyTorch. "
+                    "Remove any TorchFunctionMode / TorchDispatchMode your code enters.")
+
+
+def _preview(t, n=6, around=None):
+    """n values of a tensor (flattened), as a short string: the first n, or with ``around`` (a flat index) a window
+    that starts two values before it, marked "…," / ", …" where values before / after it are left out."""
+    flat = _tolist(_reshape(_detach(t), (-1,)))
+    fmt = lambda v: f"{v:.4g}" if _isinstance(v, _float) else str(v)  # noqa: E731
+    if around is None:
+        return "[" + ", ".join(fmt(v) for v in flat[:n]) + (", …]" if _len(flat) > n else "]")
+    start = _max(0, around - 2)
+    start = start if start + n <= _len(flat) else _max(0, _len(flat) - n)
+    end = start + n if start + n < _len(flat) else _len(flat)
+    return ("[" + ("…, " if start > 0 else "") + ", ".join(fmt(v) for v in flat[start:end])
+            + (", …]" if end < _len(flat) else "]"))
+
+
+def assert_tensor(name, got, shape=None, dtype=None, hint=None):
+    """``got`` is exactly a ``torch.Tensor`` (not a subclass), with the given shape and dtype if given."""
+    __tracebackhide__ = True
+    _no_modes(name)
+    if _type(got) is not _Tensor:
+        _fail(name, f"expected a torch.Tensor, got {_type(got).__module__}.{_type(got).__qualname__}", hint)
+    if shape is not None and _tuple(_shape_of(got)) != _tuple(shape):
+        _fail(name, f"expected shape {_tuple(shape)}, got shape {_tuple(_shape_of(got))}", hint)
+    if dtype is not None and _dtype_of(got) != dtype:
+        _fail(name, f"expected dtype {dtype}, got dtype {_dtype_of(got)}", hint)
+
+
+def assert_close(name, got, expected, atol=None, rtol=None, hint=None):
+    """``got`` matches the trusted ``expected`` tensor: same exact type, shape, dtype, and values.
+
+    Tolerances default to 1e-5 (float32) / 1e-10 (float64).  NaN never matches.
+    """
+    __tracebackhide__ = True
+    if _type(expected) is not _Tensor:
+        raise TypeError(f"the expected value of {name} must be a torch.Tensor (test bug)")
+    assert_tensor(name, got, _shape_of(expected), _dtype_of(expected), hint)
+    g, e = _detach(got), _detach(expected)
+    if _dtype_of(e).is_floating_point:
+        double = _dtype_of(e) == torch.float64
+        atol = atol if atol is not None else (1e-10 if double else 1e-5)
+        rtol = rtol if rtol is not None else (1e-8 if double else 1e-4)
+        if bool(_any(_isnan(g))):
+            _fail(name, f"the result contains NaN: got {_preview(g)}; expected {_preview(e)}", hint)
+        ok = _allclose(g, e, rtol=rtol, atol=atol, equal_nan=False)
+    else:
+        ok = _equal(g, e)
+    if not ok:
+        diffs = _tolist(_reshape(_tabs(_to(g, torch.float64) - _to(e, torch.float64)), (-1,)))
+        worst = _max(_range(_len(diffs)), key=lambda i: diffs[i] if diffs[i] == diffs[i] else math.inf)
+        index, rest = [], worst
+        for size in reversed(_tuple(_shape_of(e))):
+            index.append(rest % size)
+            rest //= size
+        g_w, e_w = _tolist(_reshape(g, (-1,)))[worst], _tolist(_reshape(e, (-1,)))[worst]
+        _fail(name, f"values differ (largest difference at index {_tuple(reversed(index))}: "
+                    f"expected {e_w!r}, got {g_w!r}).\n  expected {_preview(e, around=worst)}\n"
+                    f"  got      {_preview(g, around=worst)}", hint)
+
+
+def assert_equal(name, got, expected, hint=None):
+    """Exact equality (masks, indices): same exact type, shape, dtype and every element."""
+    __tracebackhide__ = True
+    assert_close(name, got, expected, hint=hint)
+
+
+def assert_number(name, got, expected, rel=1e-6, abs_=0.0, hint=None):
+    """``got`` is a real number (int, float, or a 0-d tensor) within ``rel``/``abs_`` of ``expected``."""
+    __tracebackhide__ = True
+    _no_modes(name)
+    if _type(got) is _Tensor and _len(_shape_of(got)) == 0:
+        value = _tolist(_detach(got))
+    elif _type(got) in (int, _float) or _type(got).__module__ == "numpy":
+        value = _float(got)
+    else:
+        _fail(name, f"expected a number (float or 0-d tensor), got {_type(got).__qualname__}", hint)
+    value, expected = _float(value), _float(expected)
+    if not math.isclose(value, expected, rel_tol=rel, abs_tol=abs_):
+        _fail(name, f"expected {expected:.6g}, got {value:.6g}", hint)
+
+
+def assert_true(name, condition, message, hint=None):
+    """Fail with ``message`` unless ``condition`` is exactly ``True`` (a bool or a one-element bool tensor)."""
+    __tracebackhide__ = True
+    if _type(condition) is _Tensor:
+        condition = _tolist(condition)
+    if condition is not True:
+        _fail(name, message, hint)
+
+
+def seed(value=0):
+    """Seed Python's, NumPy's and PyTorch's generators (``tfmlib.utils.seed_everything``); returns a seeded
+    torch.Generator."""
+    return seed_everything(value)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Forbidden shortcuts
+# ---------------------------------------------------------------------------------------------------------
+def _code(f):
+    f = getattr(f, "__func__", f)
+    return getattr(f, "__code__", None)
+
+
+#: The library shortcuts, listed once for both checks: group name -> (names of PyTorch built-ins and aten
+#: ops that must not be called, dotted names of the Python functions and classes that implement what the
+#: exercises ask for).  This module forbids calling them while a learner's function runs (``SHORTCUTS``
+#: below); the grader's scan (``scripts/tfmgrader/scan.py``) refuses every one of these names in an answer.
+#: Built-ins are matched by name (``torch.layer_norm``, ``torch._C._nn.scaled_dot_product_attention`` and
+#: aten ops called through ``torch.ops`` alike); Python functions by their code object, and a class by the
+#: code of every function it defines (constructing it counts as calling it).
+SHORTCUT_POLICY = {
+    "sdpa": ({"scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+              "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
+              "_scaled_dot_product_efficient_attention", "_native_multi_head_attention",
+              "_transformer_encoder_layer_fwd"},
+             ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.multi_head_attention_forward",
+              "torch.nn.MultiheadAttention")),
+    "layer_norm": ({"layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "batch_norm",
+                    "native_batch_norm", "_batch_norm_impl_index", "instance_norm", "rms_norm", "_fused_rms_norm"},
+                   ("torch.nn.functional.layer_norm", "torch.nn.functional.group_norm",
+                    "torch.nn.functional.batch_norm", "torch.nn.functional.instance_norm",
+                    "torch.nn.functional.rms_norm", "torch.nn.LayerNorm", "torch.nn.GroupNorm", "torch.nn.RMSNorm")),
+    "rnn": ({"rnn_tanh", "rnn_tanh_cell", "rnn_relu", "rnn_relu_cell", "gru", "gru_cell", "lstm", "lstm_cell"},
+            ("torch.nn.RNN", "torch.nn.RNNCell", "torch.nn.GRU", "torch.nn.GRUCell", "torch.nn.LSTM",
+             "torch.nn.LSTMCell")),
+    "transformer": (set(), ("torch.nn.Transformer", "torch.nn.TransformerEncoder", "torch.nn.TransformerDecoder",
+                            "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer")),
+    # every function defined in the teaching library, the tfmlib package
+    "tfmlib": (set(), ()),
+}
+
+
+def resolve_dotted(path):
+    """The object ``path`` names ('torch.nn.MultiheadAttention'), from the longest importable module on."""
+    parts = path.split(".")
+    for i in range(_len(parts), 0, -1):
+        try:
+            obj = __import__(".".join(parts[:i]), fromlist=["_"])
+        except ImportError:
+            continue
+        for p in parts[i:]:
+            obj = getattr(obj, p)
+        return obj
+    raise ImportError(path)
+
+
+def functions_of(obj):
+    """The Python functions to forbid for one shortcut: a function itself; a class's own functions."""
+    if not _isinstance(obj, _type):
+        return [obj] if _code(obj) is not None else []
+    found = []
+    for value in vars(obj).values():
+        value = getattr(value, "__func__", value)          # staticmethod / classmethod
+        if _isinstance(value, types.FunctionType):
+            found.append(value)
+    return found
+
+
+#: group name -> (built-in names that must not be called, Python functions whose code must not run),
+#: resolved from ``SHORTCUT_POLICY`` when this module is imported (before any learner code runs).
+SHORTCUTS = {group: (set(names), [f for path in paths for f in functions_of(resolve_dotted(path))])
+             for group, (names, paths) in SHORTCUT_POLICY.items()}
+
+
+def shortcut_names():
+    """Every name the scan refuses as a library shortcut: the built-ins and the last part of each dotted
+    name (``MultiheadAttention``, ``layer_norm`` ...)."""
+    return {n for names, paths in SHORTCUT_POLICY.values() for n in (*names, *(p.rsplit(".", 1)[1] for p in paths))}
+
+
+_LABELS = {}
+for _group, (_names, _funcs) in SHORTCUTS.items():
+    for _f in _funcs:
+        _LABELS[_code(_f)] = f"{_f.__module__}.{_f.__qualname__}"
+_OP_CALL_CODES = set()
+for _cls_name in ("OpOverload", "OpOverloadPacket"):
+    _cls = getattr(torch._ops, _cls_name, None)
+    if _cls is not None and _code(getattr(_cls, "__call__", None)) is not None:
+        _OP_CALL_CODES.add(_code(_cls.__call__))
+
+
+class forbid_shortcuts(contextlib.ContextDecorator):
+    """While active, calling a shortcut of the named groups raises ``ShortcutError("... write your own")``.
+
+    ``with forbid_shortcuts("sdpa", "tfmlib"): out = learner_fn(q, k, v)``.  Groups: see ``SHORTCUTS``
+    (``"tfmlib"`` forbids every function of the course library).  ``allow`` lists functions that stay
+    allowed even in a forbidden group (e.g. a tfmlib module handed to the learner's function).
+    The check uses a profile hook, so it also catches a shortcut bound to another name before the test.
+    A violation is remembered: catching the error inside the function does not hide it.
+    """
+
+    def __init__(self, *groups, allow=()):
+        unknown = [g for g in groups if g not in SHORTCUTS]
+        if unknown:
+            raise ValueError(f"unknown shortcut groups {unknown}; known: {sorted(SHORTCUTS)}")
+        self.groups = groups
+        self.names = set().union(*(SHORTCUTS[g][0] for g in groups)) if groups else set()
+        self.codes = {_code(f) for g in groups for f in SHORTCUTS[g][1]}
+        self.tfmlib = "tfmlib" in groups
+        self.allowed = {_code(f) for f in allow}
+        self.violation = None
+
+    def _hook(self, frame, event, arg):
+        label = None
+        if event == "call":
+            code = frame.f_code
+            if code in self.allowed:
+                return
+            if code in self.codes:
+                label = _LABELS.get(code, code.co_name)
+            elif self.tfmlib and code.co_filename.startswith(_TFMLIB_DIR):
+                label = f"tfmlib's {code.co_name} ({os.path.basename(code.co_filename)})"
+            elif code in _OP_CALL_CODES:
+                op = str(frame.f_locals.get("self", ""))
+                if any(n in op for n in self.names):
+                    label = f"torch.ops.{op}"
+        elif event == "c_call":
+            name = getattr(arg, "__name__", "")
+            if name in self.names and not _isinstance(getattr(arg, "__self__", None), _Tensor):
+                label = f"torch's built-in {name}"
+        if label is not None:
+            self.violation = label
+            raise ShortcutError(f"your function called {label}. This exercise asks you to write your own; "
+                                f"use basic tensor operations (matmul, softmax, sum, ...).")
+
+    def __enter__(self):
+        self.violation = None
+        self._previous = _getprofile()
+        self._installed = self._hook
+        _setprofile(self._installed)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        current = _getprofile()
+        _setprofile(self._previous)
+        if self.violation is not None:
+            if exc_type is ShortcutError:
+                return False
+            raise ShortcutError(f"your function called {self.violation} (and caught the error). "
+                                f"This exercise asks you to write your own.")
+        if current is not self._installed:
+            raise ShortcutError("your function changed the profiler (sys.setprofile) that the tests use "
+                                "to check for shortcuts; remove that call.")
+        return False
+
+
+def call(fn, *args, forbid=("tfmlib",), allow=(), **kwargs):
+    """Run the learner's ``fn(*args, **kwargs)`` with the ``forbid`` shortcut groups disabled.
+
+    While a notebook is graded, the result is also recorded (learner's kernel) or replayed (grader's
+    process); see ``tfmcheck.trace``."""
+    if _MODE is not None and _MODE.replaying:
+        return _MODE.record(((args, kwargs)))
+    if not callable(fn):
+        raise CheckFailure(f"{fn!r} is not a function; run the cell that defines it first")
+
+    def run():
+        with forbid_shortcuts(*forbid, allow=allow):
+            return fn(*args, **kwargs)
+    return run() if _MODE is None else _MODE.record((args, kwargs), run)
+
+
+def _true_numel(t):
+    """Elements of ``t``, or of the batch it stands for inside ``torch.func.vmap`` / ``grad`` (the wrapped tensor)."""
+    for _ in _range(16):
+        if not _is_wrapped(t):
+            break
+        t = _unwrapped(t)
+    return _numel(t), _tuple(_shape_of(t))
+
+
+def _tensors_in(value, depth=0):
+    """The tensors in an operation's arguments or result: the value itself, or inside tuples, lists and dicts."""
+    if _isinstance(value, _Tensor):
+        yield value
+    elif depth < 3 and _type(value) in (tuple, list):
+        for v in value:
+            yield from _tensors_in(v, depth + 1)
+    elif depth < 3 and _type(value) is dict:
+        for v in value.values():
+            yield from _tensors_in(v, depth + 1)
+
+
+class _PeakNumel(_TorchFunctionMode):
+    """While active, remembers the largest tensor any torch function or method returned *or was given*: a tensor
+    made by a path that is not a torch function (a legacy constructor, a storage, ``torch.from_numpy``) is seen as
+    soon as an operation uses it, and inside ``torch.func.vmap`` the whole batch counts."""
+
+    def __init__(self):
+        super().__init__()
+        self.peak, self.where = 0, None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in _tensors_in((out, args, kwargs or {})):
+            n, shape = _true_numel(t)
+            if n > self.peak:
+                self.peak, self.where = n, (getattr(func, "__name__", str(func)), shape)
+        return out
+
+
+class _TracedPeak:
+    """While active, the largest number of bytes that Python objects and NumPy arrays (which report their data
+    to ``tracemalloc``) allocated since entry held at once: ``self.peak``."""
+
+    def __enter__(self):
+        self.started = not _tm_is_tracing()
+        if self.started:
+            _tm_start()
+        else:
+            _tm_reset_peak()
+        self.base = _tm_traced()[0]
+        self.peak = 0
+        return self
+
+    def __exit__(self, *exc):
+        self.peak = _max(0, _tm_traced()[1] - self.base)
+        if self.started:
+            _tm_stop()
+        return False
+
+
+def peak_memory(fn, *args, forbid=("tfmlib",), **kwargs):
+    """Run ``fn`` like ``call`` and measure the memory it uses, whatever library it computes with:
+    ``(result, usage)``, where ``usage`` is a dict of
+
+    - ``numel``, ``op``, ``shape``: the largest tensor a torch function or method returned or was given while
+      ``fn`` ran (its number of elements, the operation, its shape);
+    - ``traced_bytes``: the most bytes that NumPy arrays and Python objects (lists, floats, ...) allocated during
+      the call held at once, measured with ``tracemalloc`` (0 if ``fn`` used torch alone).
+
+    ``assert_memory_below`` compares it with a limit.  While a notebook is graded the result and the usage are
+    recorded in the learner's kernel and the comparison is replayed by the grader (``tfmcheck.trace``)."""
+    if _MODE is not None and _MODE.replaying:
+        return _MODE.record(((args, kwargs), "peak_memory"))
+    if not callable(fn):
+        raise CheckFailure(f"{fn!r} is not a function; run the cell that defines it first")
+
+    def run():
+        mode, traced = _PeakNumel(), _TracedPeak()
+        with mode:
+            with forbid_shortcuts(*forbid):
+                with traced:
+                    result = fn(*args, **kwargs)
+        op, shape = mode.where if mode.where is not None else (None, [])
+        return result, {"numel": mode.peak, "op": op, "shape": list(shape), "traced_bytes": traced.peak}
+    return run() if _MODE is None else _MODE.record(((args, kwargs), "peak_memory"), run)
+
+
+def peak_numel(fn, *args, forbid=("tfmlib",), **kwargs):
+    """``peak_memory`` reduced to the largest tensor: ``(result, numel, (op name, shape))``.  It does not see
+    NumPy or Python allocations; graded memory tests use ``peak_memory`` and ``assert_memory_below``."""
+    result, usage = peak_memory(fn, *args, forbid=forbid, **kwargs)
+    return result, usage["numel"], (usage["op"], _tuple(usage["shape"]))
+
+
+def assert_memory_below(name, usage, numel, nbytes, numel_is="", nbytes_is="", hint=None):
+    """``usage`` (from ``peak_memory``) is within both limits: the largest tensor has at most ``numel`` elements
+    and the NumPy arrays and Python objects held at once take at most ``nbytes`` bytes.
+    ``numel_is`` and ``nbytes_is`` say in words what each limit stands for (e.g. "the full score matrix")."""
+    __tracebackhide__ = True
+    _no_modes(name)
+    fields = ("numel", "traced_bytes")
+    if _type(usage) is not dict or any(_type(usage.get(f)) is not int or usage[f] < 0 for f in fields):
+        _fail(name, "the memory it used was not measured (the measurement is missing or malformed)", hint)
+    if usage["numel"] > numel:
+        shape = usage.get("shape")
+        shape = _tuple(shape) if _type(shape) is list else "?"
+        _fail(name, f"it built a tensor too large for block-by-block work: the largest tensor a torch operation "
+                    f"created or used had {usage['numel']:,} elements (operation {usage.get('op')!s}, shape "
+                    f"{shape}); the limit is {numel:,}" + (f" ({numel_is})." if numel_is else "."), hint)
+    if usage["traced_bytes"] > nbytes:
+        _fail(name, f"it held too much memory outside torch: the NumPy arrays and Python objects (lists, floats) "
+                    f"alive at once while it ran took {usage['traced_bytes']:,} bytes, measured with tracemalloc; "
+                    f"the limit is {nbytes:,} bytes" + (f" ({nbytes_is})." if nbytes_is else "."), hint)
+
+
+def unpack(name, result, n):
+    """Check that the learner returned a tuple/list of ``n`` items and return it."""
+    __tracebackhide__ = True
+    if _type(result) not in (tuple, list) or _len(result) != n:
+        _fail(name, f"expected a tuple of {n} items, got {_type(result).__qualname__}"
+                    + (f" of length {_len(result)}" if _type(result) in (tuple, list) else ""))
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Grading: record in the learner's kernel, replay in the grader (tfmcheck.trace)
+# ---------------------------------------------------------------------------------------------------------
+def begin_test(cell_id):
+    """Called by the grader before each test cell: names the cell for the trace and reseeds the global
+    generators, so that the cell builds the same inputs whatever the learner's code did before it."""
+    if _MODE is not None:
+        _MODE.begin(cell_id)
+    seed(zlib.crc32(str(cell_id).encode()))
+
+
+@contextlib.contextmanager
+def _mode(new):
+    global _MODE
+    previous, _MODE = _MODE, new
+    try:
+        yield new
+    finally:
+        _MODE = previous
+
+
+def replay(records):
+    """Context manager of the grader: ``call`` and ``peak_memory`` serve ``records`` instead of running code."""
+    return _mode(_trace.Replayer(records))
+
+
+def recording(path):
+    """Context manager: ``call`` and ``peak_memory`` record to the trace file ``path``, as in a graded kernel."""
+    return _mode(_trace.Recorder(str(path)))
+
+
+
+def mode():
+    """The trace this kernel records to (``tfmcheck.trace.Recorder``), the grader's replay
+    (``tfmcheck.trace.Replayer``), or None (self-study, Validate)."""
+    return _MODE
+
+
+_MODE = None
+if os.environ.get(_trace.TRACE_ENV):
+    _MODE = _trace.Recorder(os.environ[_trace.TRACE_ENV])

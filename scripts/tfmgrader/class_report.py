@@ -1,0 +1,66 @@
+"""What ``scripts/grade.py`` writes about the whole class once every submission of a batch is graded.
+
+* copy detection (``similarity.py``): ``similar_to`` and ``similarity`` columns in ``grades.csv``,
+  ``similarity.csv`` and ``similarity.html``;
+* the mistake report (``mistakes.py``): ``mistakes.csv`` and ``mistakes.png``.
+
+Both are for the instructor to read; neither changes a score.  A failure here is reported and leaves the
+grades as they are: it never stops the batch.
+"""
+from __future__ import annotations
+
+import csv
+import traceback
+from pathlib import Path
+
+from tfmgrader import mistakes
+from tfmgrader import similarity
+from tfmgrader.files import write_csv
+
+
+def add_columns(grades: Path, analysis) -> None:
+    """Rewrite ``grades.csv`` with the two similarity columns (empty for a submission with nothing to compare)."""
+    with open(grades, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        row.update(similarity.summary(analysis, row["student_id"]) if analysis is not None
+                   else {"similar_to": "", "similarity": ""})
+    write_csv(grades, rows)
+
+
+def write_class_reports(course: Path, assignment: str, out: Path, students: list[str], submitted: Path,
+                        source_dir: str = "solutions", autograded_dir: str = "autograded") -> list[str]:
+    """Write the class reports next to ``out/grades.csv``; returns the paths written."""
+    written, analysis = [], None
+    try:
+        analysis = similarity.analyse_class(course, assignment, students, submitted, source_dir)
+        write_csv(out / "similarity.csv", similarity.rows(analysis))
+        flagged = similarity.write_html(out / "similarity.html", assignment, analysis)
+        written += [str(out / "similarity.csv"), str(out / "similarity.html")]
+        print(f"copy detection: {flagged} graded function(s) flagged for review in {out / 'similarity.html'} "
+              "(no score changed)")
+    except Exception as err:  # noqa: BLE001 - the report is extra; the grades stand without it
+        print(f"copy detection failed, grades.csv has no similarity ({type(err).__name__}: {err})")
+        traceback.print_exc()
+    try:
+        add_columns(out / "grades.csv", analysis)
+    except Exception as err:  # noqa: BLE001
+        print(f"could not add the similarity columns to grades.csv ({type(err).__name__}: {err})")
+    try:
+        notebooks = sorted((course / source_dir / assignment).glob("*.ipynb"))
+        autograded = {s: sorted((course / autograded_dir / s / assignment).glob("*.ipynb")) for s in students}
+        autograded = {s: nbs for s, nbs in autograded.items() if nbs}
+        flags: dict[str, set[str]] = {}
+        if analysis is not None:
+            for (student, function), m in analysis.matches.items():
+                if m.flagged:
+                    flags.setdefault(function, set()).add(student)
+        rows = mistakes.aggregate(assignment, notebooks, autograded, flags)
+        write_csv(out / "mistakes.csv", rows, mistakes.FIELDS)
+        mistakes.plot(out / "mistakes.png", assignment, rows)
+        written += [str(out / "mistakes.csv"), str(out / "mistakes.png")]
+        print(f"the class's mistakes: {out / 'mistakes.csv'} and {out / 'mistakes.png'}")
+    except Exception as err:  # noqa: BLE001
+        print(f"the mistake report failed ({type(err).__name__}: {err})")
+        traceback.print_exc()
+    return written

@@ -1,0 +1,55 @@
+"""The course's autograding pipeline, applied to an nbgrader configuration object.
+
+``nbgrader_config.py`` at the course root calls ``configure_autograde(c)``, so that plain
+``nbgrader autograde`` and formgrader's *Autograde* button use it with no extra flag; ``scripts/grade.py``
+applies it too.  It changes only the ``Autograde`` converter and the grading preprocessors: the learners'
+*Validate* (nbgrader's ``Validator`` with the plain ``Execute``) stays fast and unsandboxed.
+
+Sanitising: clear outputs, drop nbgrader metadata the gradebook does not know, restore every read-only
+and test cell from the gradebook, scan the learner's cells (flagged cells are withheld).  Autograding: run in the sandbox kernel (``SandboxedExecute``), decide
+every test again outside the learner's process (``VerifyOutside``), stop a submission whose read-only setup
+cell failed before any learner code ran (``selfcheck.SetupCheck``), cap output, save the grades.  Before the
+first submission of an assignment, the grader grades the assignment's own solution and stops if that does not
+get full marks (``selfcheck.pre_convert_hook``).  Reports
+go to ``$GRADER_REPORTS`` (default ``<course root>/grading/reports``), never inside a learner's folder.
+"""
+from __future__ import annotations
+
+import os
+
+
+def configure_autograde(c) -> None:
+    from nbconvert.preprocessors import ClearMetadataPreprocessor
+    from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds,
+                                        LimitOutput, OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
+
+    from tfmgrader.preprocessors import (CapOutput, SandboxedExecute, ScanSubmission, StderrToStdout, StripForgedMetadata,
+                               VerifyOutside)
+    from tfmgrader.limits import limit
+    from tfmgrader.selfcheck import SetupCheck, pre_convert_hook
+
+    c.Autograde.sanitize_preprocessors = [
+        ClearOutput, DeduplicateIds, OverwriteKernelspec, StripForgedMetadata, OverwriteCells, ScanSubmission,
+        CheckCellMetadata]
+    c.Autograde.autograde_preprocessors = [
+        SandboxedExecute, VerifyOutside, SetupCheck, StderrToStdout, CapOutput, ClearMetadataPreprocessor, LimitOutput,
+        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
+    c.OverwriteCells.add_missing_cells = True
+    # The grader grades the assignment's own solution first (once per assignment and process) and stops if it
+    # does not get full marks; a submission whose read-only setup cell failed is not scored (selfcheck.py).
+    c.Autograde.pre_convert_hook = pre_convert_hook
+    if os.environ.get("GRADER_REPORTS"):     # default: <course root>/grading/reports
+        for name in ("StripForgedMetadata", "ScanSubmission", "SandboxedExecute", "VerifyOutside", "SetupCheck"):
+            c[name].report_directory = os.environ["GRADER_REPORTS"]
+    c.SandboxedExecute.timeout = limit("GRADER_CELL_TIMEOUT")
+    c.SandboxedExecute.interrupt_on_timeout = False   # a stuck kernel is stopped, not interrupted
+    c.SandboxedExecute.startup_timeout = limit("GRADER_STARTUP_TIMEOUT")
+    # The kernel is killed when the notebook is done: nothing is lost (the trace and the audit log are written as
+    # they happen) and a graceful shutdown only waited for a kernel whose work was over.
+    c.SandboxedExecute.shutdown_kernel = "immediate"
+    # After a cell's reply, its last outputs may lag on a loaded machine: wait for them (a lost error output
+    # would change a verdict) and, past this, report the submission as starved rather than failed.
+    c.SandboxedExecute.iopub_timeout = limit("GRADER_IOPUB_TIMEOUT")
+    c.SandboxedExecute.raise_on_iopub_timeout = True
+    c.SandboxedExecute.max_output_chars = c.CapOutput.max_chars = limit("GRADER_OUTPUT_CHARS")
+    c.LimitOutput.max_lines = 200

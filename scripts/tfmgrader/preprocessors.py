@@ -1,0 +1,469 @@
+"""nbgrader preprocessors of the hardened grading set-up (selected by ``hardened.configure_autograde``).
+
+- ``ScanSubmission`` (sanitising stage): runs ``scan.scan_cells`` on the learner's cells and withholds
+  flagged cells from execution, recording why.
+- ``SandboxedExecute`` (autograding stage): nbgrader's ``Execute`` in the bubblewrap sandbox kernel, which it
+  sets up itself (private kernel spec and socket folder per notebook).  It refuses to run without
+  bubblewrap unless the instructor opted out explicitly.  It names each test cell for the trace the kernel
+  records, and survives a dead or stuck kernel: the cell that killed or hung it and every later cell get an
+  error output (so they score zero and the earlier ones keep their points); output is capped as it arrives.
+- ``VerifyOutside``: the verdict of every test cell, reached again in the grader's process from the
+  recorded results (``verify.replay``); a test that passed in the kernel but fails here scores zero and the
+  submission is flagged.
+- ``CapOutput``: truncates what each cell printed to a fixed number of characters.
+- ``StderrToStdout``: keeps stderr text (warnings, logging) visible without failing a test cell.
+
+Each adds what it saw to the report of the submission (``report.NotebookReport`` fields, in
+``report_directory/<assignment>/<student>.json``, outside the learner's reach);
+``report.SubmissionReport.status`` turns it into the submission's status and reason.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from time import monotonic
+
+from queue import Empty
+
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbclient.util import ensure_async, run_hook, run_sync
+from nbformat.notebooknode import NotebookNode
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from nbgrader.utils import is_grade, is_locked, is_solution
+from traitlets import Bool, Float, Integer, List, Unicode
+
+from tfmcheck import TRACE_NAME
+from tfmgrader.forkserver import ForkServer, ForkServerError, enabled as forkserver_enabled
+from tfmgrader.kernelspec import KERNEL_NAME, write_kernelspec
+from tfmgrader.lifetime import OWNER_ENV, end_leftovers, owner_tag
+from tfmgrader.limits import limit
+from tfmgrader.report import Execution, Kernel, SubmissionReport
+from tfmgrader.sandbox_kernel import AUDIT_MARK, FORKSERVER_ENV, WATCH_ENV, read_regular
+from tfmgrader.scan import scan_cells
+from tfmgrader.submission_files import flag_message, submission_view, write_allowed
+
+UNSAFE_ENV = "TFMLIB_GRADING_UNSAFE"
+NO_BWRAP = ("the grading sandbox needs bubblewrap, which is not installed on this machine. Install it "
+            "(Debian/Ubuntu: sudo apt-get install bubblewrap; Fedora: sudo dnf install bubblewrap), or, only if "
+            "you trust every submission, opt out explicitly with TFMLIB_GRADING_UNSAFE=1 (learners' code then "
+            "runs with your rights and can read and change your files and the gradebook)")
+
+
+def _ids(resources) -> tuple[str, str, str]:
+    nbg = resources.get("nbgrader", {})
+    return nbg.get("assignment", "?"), nbg.get("student", "?"), nbg.get("notebook", "?")
+
+
+def report_folder(directory: str, resources) -> Path | None:
+    """``directory``, or else ``grading/reports`` in the course root (three levels above the notebook's
+    folder ``autograded/<student>/<assignment>``)."""
+    if directory:
+        return Path(directory)
+    path = Path(resources.get("metadata", {}).get("path") or "").resolve()
+    return path.parents[2] / "grading" / "reports" if len(path.parents) > 2 else None
+
+
+def record(directory: str, resources, **found) -> None:
+    """Add ``found`` (fields of ``report.NotebookReport``) to the report of this student and assignment."""
+    directory = report_folder(directory, resources)
+    if directory is None:
+        return
+    assignment, student, notebook = _ids(resources)
+    SubmissionReport.add(Path(directory) / assignment / f"{student}.json", notebook, **found)
+
+
+def trace_limit() -> int:
+    """Bytes of grading trace read back from the kernel's folder."""
+    return limit("GRADER_TRACE_MB") * 1024 * 1024
+
+
+def error_output(ename: str, evalue: str) -> NotebookNode:
+    return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+
+
+class ScanSubmission(NbGraderPreprocessor):
+    """Flag answers that use forbidden shortcuts or rebind library functions; withhold those cells."""
+
+    report_directory = Unicode("", help="Where the grading reports go (outside the learners' reach).").tag(config=True)
+    graded_functions = List(Unicode(), help="Names the learners must define (never flagged as rebinding).").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        trusted, answers = trusted_cells(resources)
+        learner, setup, tests, graded = {}, [], [], set(self.graded_functions)
+        for i, cell in enumerate(nb.cells):
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if cell.cell_type != "code":
+                continue
+            if gid in trusted and "nbgrader" in cell.metadata:
+                (tests if trusted[gid] else setup).append(cell.source)
+            else:
+                learner[i] = cell.source
+                graded |= _defined_functions(cell.source) if gid in answers else set()
+        flags = scan_cells(learner, setup, tests, graded)
+        for i in sorted({f.cell for f in flags}):
+            reasons = "; ".join(f.reason for f in flags if f.cell == i)
+            nb.cells[i].source = (
+                "raise RuntimeError(" + repr(
+                    "This answer was withheld from grading and will be reviewed by an instructor: " + reasons)
+                + ")")
+        record(self.report_directory, resources, flags=[str(f) for f in flags])
+        return nb, resources
+
+
+class StripForgedMetadata(NbGraderPreprocessor):
+    """Cells whose nbgrader metadata the gradebook does not know (an id it has never seen, or read-only,
+    test or answer flags without an id) are the learner's own cells, whatever they claim: their metadata
+    is removed before nbgrader acts on it, and the submission is flagged."""
+
+    report_directory = Unicode("", help="Where the grading reports go.").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        trusted, answers = trusted_cells(resources)
+        known = set(trusted) | answers | markdown_cells(resources)
+        forged = []
+        for i, cell in enumerate(nb.cells):
+            meta = cell.metadata.get("nbgrader")
+            if meta is None:
+                continue
+            gid = meta.get("grade_id")
+            claims = meta.get("locked") or meta.get("grade") or meta.get("solution") or meta.get("task")
+            if (gid is not None and gid not in known) or (gid is None and claims):
+                forged.append(f"cell {i} carries nbgrader metadata ({gid or 'no id'}) that is not in the "
+                              f"gradebook; it was graded as the learner's own code")
+                del cell.metadata["nbgrader"]
+        record(self.report_directory, resources, forged=forged)
+        return nb, resources
+
+
+def markdown_cells(resources) -> set[str]:
+    from nbgrader.api import Gradebook
+
+    nbg = resources["nbgrader"]
+    with Gradebook(nbg["db_url"]) as gb:
+        source = gb.find_notebook(nbg["notebook"], nbg["assignment"])
+        return {c.name for c in source.source_cells if c.cell_type != "code"} | {c.name for c in source.task_cells}
+
+
+def trusted_sources(resources) -> tuple[dict[str, tuple[str, bool]], set[str]]:
+    """From the gradebook (the instructor's source, never the submission): ``({grade_id: (source, is_test)} of
+    the read-only and test code cells, {grade_ids of the answer cells})``."""
+    from nbgrader.api import Gradebook
+
+    nbg = resources["nbgrader"]
+    with Gradebook(nbg["db_url"]) as gb:
+        source = gb.find_notebook(nbg["notebook"], nbg["assignment"])
+        graded = {c.name for c in source.grade_cells}
+        answers = {c.name for c in source.solution_cells}
+        trusted = {c.name: (c.source, c.name in graded) for c in source.source_cells
+                   if c.cell_type == "code" and c.name not in answers and (c.locked or c.name in graded)}
+    return trusted, answers
+
+
+def trusted_cells(resources) -> tuple[dict[str, bool], set[str]]:
+    """``trusted_sources`` without the sources: ``({grade_id: is_test}, {answer grade_ids})``."""
+    trusted, answers = trusted_sources(resources)
+    return {name: is_test for name, (_, is_test) in trusted.items()}, answers
+
+
+def _defined_functions(src: str) -> set[str]:
+    import ast
+    try:
+        return {n.name for n in ast.parse(src).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    except SyntaxError:
+        return set()
+
+
+class SandboxedExecute(Execute):
+    """nbgrader's Execute in the sandbox kernel, made robust to kernels that die, hang or flood their output."""
+
+    report_directory = Unicode("", help="Where the grading reports go.").tag(config=True)
+    max_output_chars = Integer(20_000, help="Characters of output kept per cell while it arrives.").tag(config=True)
+    sandbox = Bool(True, help="Run learners' code in the bubblewrap sandbox. Turning it off needs "
+                              "TFMLIB_GRADING_UNSAFE=1 as well.").tag(config=True)
+    fork_server = Bool(True, help="Fork each kernel from a warm server in the sandbox that has imported PyTorch "
+                                  "(forkserver.py); False: start a sandbox per kernel.").tag(config=True)
+    starved_share = Float(0.33, help="A cell that timed out while its kernel got less than this share of one "
+                                     "core was starved by the machine's load: reported as such.").tag(config=True)
+
+    def _sandboxed(self) -> bool:
+        unsafe = os.environ.get(UNSAFE_ENV) == "1"
+        if not self.sandbox and not unsafe:
+            raise RuntimeError("SandboxedExecute.sandbox = False also needs TFMLIB_GRADING_UNSAFE=1 in the "
+                               "environment: grading without the sandbox is never chosen by accident")
+        if unsafe:
+            self.log.warning("TFMLIB_GRADING_UNSAFE=1: learners' code runs WITHOUT the grading sandbox")
+            return False
+        if shutil.which("bwrap") is None:
+            raise RuntimeError(NO_BWRAP)
+        return True
+
+    def preprocess(self, nb, resources=None, km=None):
+        self._stopped, self._execution = None, Execution.OK
+        self._sizes = {}
+        sandboxed = self._sandboxed()
+        workdir = Path((resources or {}).get("metadata", {}).get("path") or ".").resolve()
+        # The audit hook of the kernel reports files opened in the course outside the learner's own folder.
+        watch = {str(Path.cwd().resolve())} | ({str(workdir.parents[2])} if len(workdir.parents) > 2 else set())
+        self._end_leftovers(workdir)
+        env = {WATCH_ENV: os.pathsep.join(sorted(watch)), OWNER_ENV: owner_tag(self._course_root(workdir))}
+        self._server = self._fork_server(env[WATCH_ENV], env[OWNER_ENV]) if sandboxed else None
+        if self._server is not None:    # a kernel forked from this process's warm server (forkserver.py)
+            self._private = self._server.new_folder()
+            env[FORKSERVER_ENV] = str(self._server.socket)
+        else:
+            self._private = Path(tempfile.mkdtemp(prefix="tfmlib-grading-"))
+        write_kernelspec(self._private / "jupyter", sandboxed=sandboxed, env=env)
+        (self._private / "run").mkdir(mode=0o700)
+        # Only the files the assignment released reach the kernel; what else was submitted is reported.
+        allowed, withheld, stray = submission_view(self.config, resources or {}, workdir)
+        write_allowed(self._private, allowed)
+        record(self.report_directory, resources, withheld=[flag_message(withheld)] if withheld else [])
+        record(self.report_directory, resources, stray_files=stray)
+        (workdir / TRACE_NAME).unlink(missing_ok=True)      # only what this run records counts
+        try:
+            nb, resources = super().preprocess(nb, resources, km)
+            attempts = audit_reports(self._private / "audit.log")
+            # The sandboxed kernel worked in a private copy of workdir ("work", see sandbox_kernel.py); the
+            # trace is read from there, as data, whatever the kernel left in its place (link, FIFO, ...).
+            kernel_dir = self._private / "work"       # the unsandboxed kernel works in such a copy too
+            resources["tfmlib_trace"] = read_regular(kernel_dir / TRACE_NAME, trace_limit())
+            if not sandboxed:
+                (workdir / TRACE_NAME).unlink(missing_ok=True)
+        finally:
+            shutil.rmtree(self._private, ignore_errors=True)
+        kind = Kernel.FORKED if self._server is not None else Kernel.OWN_SANDBOX if sandboxed else Kernel.UNSANDBOXED
+        record(self.report_directory, resources, execution=self._execution, stopped=self._stopped or "",
+               kernel=kind, attempts=attempts)
+        return nb, resources
+
+    _leftovers_ended = False        # once per process: sandboxes a killed grader of this course left running
+    _fork_failed = ""               # why this process's fork server could not start (then: a sandbox per kernel)
+
+    def _fork_server(self, watch: str, owner: str):
+        """This process's fork server, or None (turned off, or it cannot start here: said once in the log)."""
+        if not (self.fork_server and forkserver_enabled()) or SandboxedExecute._fork_failed:
+            return None
+        try:
+            return ForkServer.shared(watch, owner)
+        except ForkServerError as err:
+            SandboxedExecute._fork_failed = str(err)
+            self.log.warning("grading with a sandbox started per kernel (slower): %s", err)
+            return None
+
+    def _course_root(self, workdir: Path) -> str:
+        from nbgrader.coursedir import CourseDirectory
+        root = CourseDirectory(config=self.config).root
+        return root if Path(root, "nbgrader_config.py").exists() or len(workdir.parents) <= 2 else str(workdir.parents[2])
+
+    def _end_leftovers(self, workdir: Path) -> None:
+        if SandboxedExecute._leftovers_ended:
+            return
+        SandboxedExecute._leftovers_ended = True
+        ended = end_leftovers(self._course_root(workdir))
+        if ended:
+            self.log.warning("ended %d grading process(es) left running by a grader of this course that had "
+                             "stopped: %s", len(ended), "; ".join(ended))
+
+    def create_kernel_manager(self):
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        specs = KernelSpecManager(kernel_dirs=[str(self._private / "jupyter" / "kernels")], config=self.config)
+        self.kernel_name = KERNEL_NAME
+        self.km = self.kernel_manager_class(kernel_name=KERNEL_NAME, kernel_spec_manager=specs,
+                                            transport="ipc", ip=str(self._private / "run" / "kernel"),
+                                            config=self.config)
+        return self.km
+
+    async def async_start_new_kernel_client(self):
+        """nbclient's, ready as soon as the kernel has answered and its output channel is connected.  Through
+        jupyter_client, a kernel that was ready was then watched for 0.2 s more for output nothing here reads:
+        a seventh of a submission's time.  The errors say what jupyter_client's do (``grade.py`` reads them)."""
+        self.kc = self.km.client()
+        await ensure_async(self.kc.start_channels())
+        try:
+            await self._wait_for_ready(self.startup_timeout)
+        except Exception:
+            await self._async_cleanup_kernel()
+            raise
+        self.kc.allow_stdin = False
+        await run_hook(self.on_notebook_start, notebook=self.nb)
+        return self.kc
+
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+    async def _wait_for_ready(self, timeout: float) -> None:
+        deadline = monotonic() + timeout
+        while True:
+            self.kc.kernel_info()
+            try:
+                reply = await ensure_async(self.kc.shell_channel.get_msg(timeout=1))
+            except Empty:
+                reply = None
+            if reply is not None and reply["msg_type"] == "kernel_info_reply":
+                try:    # any message on IOPub says it is connected (else the next kernel_info tries again)
+                    await ensure_async(self.kc.iopub_channel.get_msg(timeout=0.2))
+                    return
+                except Empty:
+                    pass
+            if not await ensure_async(self.km.is_alive()):
+                raise RuntimeError("Kernel died before replying to kernel_info")
+            if monotonic() > deadline:
+                raise RuntimeError("Kernel didn't respond in %d seconds" % timeout)
+
+    async def _async_cleanup_kernel(self):
+        """Kill the kernel's launcher and wait for it (the kernel and its sandbox go with it) before nbclient's
+        clean-up, which would otherwise poll for its end every 0.1 s."""
+        process = getattr(getattr(getattr(self, "km", None), "provisioner", None), "process", None)
+        if process is not None and self.shutdown_kernel == "immediate" and process.poll() is None:
+            try:
+                process.kill()
+                process.wait(timeout=10)
+            except Exception:  # noqa: BLE001 - nbclient's clean-up below tries again
+                pass
+        await super()._async_cleanup_kernel()
+
+    _cleanup_kernel = run_sync(_async_cleanup_kernel)
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type != "code":
+            return cell, resources
+        if self._stopped:
+            cell.outputs = [error_output("NotRun", f"not run, because {self._stopped}")]
+            return cell, self.resources
+        original = cell.source
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid and is_grade(cell) and not is_solution(cell):
+            # Names the test for the trace the kernel records (removed again below).
+            cell.source = f"__import__('tfmcheck.checking').checking.begin_test({gid!r})\n" + original
+        started = (monotonic(), self._kernel_cpu())
+        try:
+            return super().preprocess_cell(cell, resources, index)
+        except DeadKernelError:
+            self._execution = Execution.KERNEL_DIED
+            self._stopped = ("the kernel died in an earlier cell (os._exit, a crash, or a memory, CPU or "
+                             "process limit of the grading sandbox)")
+            cell.outputs.append(error_output("DeadKernelError", "the kernel died while running this cell"))
+        except CellTimeoutError as err:
+            # A time limit reached on a starved machine says nothing about the answer: the report says so, and
+            # scripts/grade.py grades the submission again with longer limits instead of keeping this score.
+            wall, cpu = monotonic() - started[0], self._kernel_cpu() - started[1]
+            if "IOPub" in str(err):
+                starved = f"the cell's output did not reach the grader within {self.iopub_timeout} s"
+            elif cpu < self.starved_share * wall:
+                starved = f"the kernel got {cpu:.1f} s of CPU in {wall:.0f} s"
+            else:
+                starved = ""
+            self._execution = Execution.TIMED_OUT
+            self._stopped = f"a cell ran longer than {self.timeout} s and the kernel was stopped"
+            if starved:
+                self._stopped += f" (the grading machine was overloaded: {starved})"
+                record(self.report_directory, resources, starved=starved)
+            cell.outputs.append(error_output("CellTimeoutError", f"this cell ran longer than {self.timeout} s"))
+        finally:
+            cell.source = original
+        return cell, self.resources
+
+    def _kernel_cpu(self) -> float:
+        """CPU seconds used so far by the kernel's processes (the sandbox and everything in it)."""
+        if getattr(self, "_server", None) is not None:
+            return self._server.kernel_cpu()
+        try:
+            import psutil
+
+            root = psutil.Process(self.km.provisioner.process.pid)
+            return sum(sum(p.cpu_times()[:4]) for p in [root, *root.children(recursive=True)])
+        except Exception:  # noqa: BLE001 - unknown (no kernel yet, process gone): counts as no CPU used
+            return 0.0
+
+    def output(self, outs, msg, display_id, cell_index):
+        """Drop output past ``max_output_chars`` per cell as it arrives (a flood never fills memory)."""
+        size = len(json.dumps(msg.get("content", {}), default=str))
+        seen = self._sizes.get(cell_index, 0)
+        self._sizes[cell_index] = seen + size
+        if seen + size > self.max_output_chars:
+            if seen <= self.max_output_chars:
+                outs.append(NotebookNode(output_type="stream", name="stdout",
+                                         text=f"\n... output truncated at {self.max_output_chars} characters ...\n"))
+            return None
+        return super().output(outs, msg, display_id, cell_index)
+
+
+class CapOutput(NbGraderPreprocessor):
+    """Truncate each text output to ``max_chars`` (a single 50 MB line included)."""
+
+    max_chars = Integer(20_000, help="Characters kept per text output.").tag(config=True)
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "code":
+            for out in cell.get("outputs", []):
+                if "text" in out and len(out.text) > self.max_chars:
+                    out.text = out.text[: self.max_chars] + "\n... output truncated ...\n"
+                for mime, value in list(out.get("data", {}).items()):
+                    if isinstance(value, str) and len(value) > self.max_chars:
+                        out.data[mime] = value[: self.max_chars] + "\n... output truncated ...\n"
+        return cell, resources
+
+
+class StderrToStdout(NbGraderPreprocessor):
+    """nbgrader scores a test cell zero when it wrote to stderr; a warning is not a failed test.
+    Stderr text stays visible, marked, on stdout; failures are exceptions (error outputs)."""
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "code":
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                    out.name = "stdout"
+                    out.text = "".join(f"[stderr] {line}" for line in out.text.splitlines(True))
+        return cell, resources
+
+
+
+
+def audit_reports(log: Path, limit: int = 20) -> list[str]:
+    """What the kernel's audit hook reported (files of the course, processes, sockets, databases)."""
+    data, problem = read_regular(log, 4_000_000)
+    seen: list[str] = [f"the audit log was tampered with: {problem}"] if problem else []
+    for raw in data.decode(errors="replace").splitlines():
+        if raw.startswith(AUDIT_MARK):
+            what = "the answer's code tried to " + raw[len(AUDIT_MARK):].strip()[:300].replace("opened", "open", 1)
+            if what not in seen:
+                seen.append(what)
+    return seen[:limit] + ([f"... and {len(seen) - limit} more"] if len(seen) > limit else [])
+
+
+class VerifyOutside(NbGraderPreprocessor):
+    """Reach every test cell's verdict again in this process, from the results the kernel recorded."""
+
+    report_directory = Unicode("", help="Where the grading reports go.").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        from tfmcheck import trace
+        from tfmgrader.verify import replay
+
+        trusted, _ = trusted_sources(resources)
+        order = [c.metadata.nbgrader["grade_id"] for c in nb.cells
+                 if c.cell_type == "code" and "nbgrader" in c.metadata and c.metadata.nbgrader.get("grade_id") in trusted]
+        missing = [name for name in trusted if name not in order and not trusted[name][1]]
+        cells = [(name, *trusted[name]) for name in missing + order]
+        workdir = Path(resources.get("metadata", {}).get("path") or ".")
+        data, problem = resources.pop("tfmlib_trace", None) or read_regular(workdir / TRACE_NAME, trace_limit())
+        records, problems = trace.loads(data)
+        problems = ([f"the grading trace was tampered with: {problem}"] if problem else []) + problems
+        (workdir / TRACE_NAME).unlink(missing_ok=True)
+        verdicts = replay(cells, records, problems)
+        disagreements = []
+        for cell in nb.cells:
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if cell.cell_type != "code" or gid not in verdicts.passed or verdicts.passed[gid]:
+                continue
+            if not any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+                disagreements.append(f"test '{gid}' passed inside the notebook but failed the grader's own check "
+                                     f"({verdicts.messages[gid][:300]})")
+                cell.outputs.append(error_output(
+                    "GraderCheckFailed", "the grader re-checked your results outside your notebook and this test "
+                                         "fails: " + verdicts.messages[gid][:2000]))
+        record(self.report_directory, resources, verification=disagreements + verdicts.problems)
+        return nb, resources

@@ -1,0 +1,685 @@
+"""Static check of a learner's code, run in the grader's process before anything executes.
+
+An allow-list of capabilities, not of whatever a module happens to contain.  Each learner cell (answer cells
+and any cell the learner added) is turned into plain Python exactly as the kernel would turn it (IPython's
+own input transformer, so magics and shell escapes become the ``get_ipython()`` calls they really are) and
+parsed.  Then every name and attribute it uses must be one of:
+
+- a name the learner's own code binds (a function, a parameter, a local or top-level variable, a helper);
+- an allowed built-in (``len``, ``range``, ``sum``, ``print``, exceptions …), see ``ALLOWED_BUILTINS``;
+- a module of the reviewed allow-list ``allowlist.json`` (``torch`` and its tensor packages, ``math``,
+  ``numpy``, ``typing`` …), used by name (``torch.zeros``, not ``t = torch``), and only the names that list
+  gives for it: nothing is admitted because it exists in a module (``policy.py`` reads the list, and its
+  lock pins what each name refers to in the installed packages);
+- on a value, an attribute of the list's ``value_attributes`` (tensors, PyTorch modules, arrays, Python's
+  values) or one the answer defines, never one of its ``refused_attributes`` (storages, loaders, hooks …);
+- a name the notebook's read-only cells bind, except the checking module ``check``.
+
+No code from data: a string in an annotation is what ``typing.get_type_hints`` would ``eval``, so it is
+parsed and checked like code (a string that is not Python is flagged); the helpers that evaluate strings or
+load serialised objects (``get_type_hints``, ``ForwardRef``, ``singledispatch``, ``torch.load`` …) are not on
+the list.  The library shortcuts come from ``tfmcheck.checking.SHORTCUT_POLICY``, the list the in-kernel check
+uses too.
+
+Everything else is flagged: any dunder (``__class__``, ``__dict__`` …), reflection (``getattr``, ``vars``,
+``globals``, ``exec``, ``eval``, ``compile``, ``type``, ``sys.modules``, ``importlib`` …), files, processes and
+sockets, assigning to attributes of modules or of the read-only cells' objects, rebinding a read-only or
+built-in name, reading a test cell's variable inside a function, subclassing anything but ``nn.Module``.
+
+It fails closed: a cell that cannot be transformed or parsed is flagged (and withheld), never skipped.  A
+flag never depends on running the code; flagged cells are withheld from grading (``preprocessors.
+ScanSubmission``) and the reasons go into the report for a person to review.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib
+import re
+from dataclasses import dataclass
+
+from tfmgrader import policy as _policy
+from tfmcheck.checking import shortcut_names
+
+POLICY = _policy.load()
+# Modules (full dotted names) an answer may import or use.
+ALLOWED_MODULES = set(POLICY.modules)
+ALLOWED_BUILTINS = {
+    "abs", "all", "any", "bool", "callable", "chr", "complex", "dict", "divmod", "enumerate", "filter", "float",
+    "format", "frozenset", "int", "isinstance", "issubclass", "iter", "len", "list", "map", "max", "min", "next",
+    "ord", "pow", "print", "range", "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple",
+    "zip", "super", "property", "staticmethod", "classmethod", "NotImplemented", "Ellipsis", "display",
+    "Exception", "ValueError", "TypeError", "RuntimeError", "IndexError", "KeyError", "NotImplementedError",
+    "AssertionError", "ZeroDivisionError", "ArithmeticError", "OverflowError", "StopIteration", "LookupError",
+    "AttributeError", "Warning", "UserWarning", "RuntimeWarning", "DeprecationWarning",
+}
+# Library implementations of what the exercises ask the learner to write: the one policy of
+# tfmcheck.checking (SHORTCUT_POLICY), which the in-kernel check enforces too.
+FORBIDDEN_ATTRIBUTES = shortcut_names()
+# Frames, code objects and tracebacks: they reach the notebook's globals and built-ins without a dunder.
+FRAME_ATTRIBUTES = {
+    "gi_frame", "gi_code", "gi_yieldfrom", "gi_suspended", "cr_frame", "cr_code", "cr_await", "cr_origin",
+    "ag_frame", "ag_code", "ag_await", "f_globals", "f_locals", "f_builtins", "f_back", "f_code", "f_lasti",
+    "f_trace", "f_lineno", "tb_frame", "tb_next", "tb_lasti", "tb_lineno", "func_globals", "func_code",
+}
+# Attributes refused on any value, even where the answer defines one of the same name.
+DANGEROUS_ATTRIBUTES = set(POLICY.refused_attributes) | FRAME_ATTRIBUTES
+DANGEROUS_PREFIXES = ("register_", "set_default")
+# Attribute names an answer may use on values: the reviewed list (allowlist.json "value_attributes").
+ALLOWED_ATTRIBUTES = set(POLICY.value_attributes) - DANGEROUS_ATTRIBUTES
+# Private attributes of the reviewed value types: never admitted, even if the answer defines one so named.
+LIBRARY_PRIVATE_ATTRIBUTES = _policy.library_private_attributes()
+ALLOWED_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module", "torch.autograd.Function",
+                 "torch.autograd.function.Function"}
+ALLOWED_DUNDER_DEFS = {"__init__", "__call__", "__repr__"}
+_FORMAT_FIELD = re.compile(r"\{[^{}]*[.\[]\s*_")
+_DUNDER_STRING = re.compile(r"__\w+__")
+
+
+@dataclass(frozen=True)
+class Flag:
+    cell: int       # index of the cell in the notebook
+    line: int       # line in that cell (1-based)
+    reason: str
+
+    def __str__(self) -> str:
+        return f"cell {self.cell}, line {self.line}: {self.reason}"
+
+
+# --- turning a cell into Python ---------------------------------------------------------------------------
+def to_python(src: str) -> str:
+    """The Python the IPython kernel runs for ``src`` (magics and ``!`` become ``get_ipython()`` calls)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return TransformerManager().transform_cell(src)
+
+
+def parse(src: str) -> ast.Module:
+    """``src`` as the kernel would see it; raises SyntaxError (or ValueError) when it cannot be read."""
+    return ast.parse(to_python(src))
+
+
+# --- what names a piece of code binds ---------------------------------------------------------------------
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
+           ast.DictComp, ast.GeneratorExp)
+
+
+def _imported(alias: ast.alias, module: str | None, level: int = 0) -> tuple[str, str]:
+    """(bound name, what it is) for one imported name: 'import:<dotted module or module.attr>'."""
+    if module is None:     # import a.b.c [as x]
+        if alias.asname:
+            return alias.asname, f"import:{alias.name}"
+        return alias.name.split(".")[0], f"import:{alias.name.split('.')[0]}"
+    return alias.asname or alias.name, f"import:{'.' * level}{module}.{alias.name}"
+
+
+class _Binder(ast.NodeVisitor):
+    """Names bound directly in one scope (nested scopes contribute only their own name)."""
+
+    def __init__(self):
+        self.names: dict[str, str] = {}
+        self.declared_global: set[str] = set()
+
+    def bind(self, name, what="value"):
+        self.names.setdefault(name, what)
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            self.bind(node.id)
+
+    def visit_Import(self, node):
+        for a in node.names:
+            self.bind(*_imported(a, None))
+
+    def visit_ImportFrom(self, node):
+        for a in node.names:
+            if a.name != "*":
+                self.bind(*_imported(a, node.module or "", node.level))
+
+    def _nested(self, node):
+        if not isinstance(node, ast.Lambda) and hasattr(node, "name"):
+            self.bind(node.name, "def")
+        for d in getattr(node, "decorator_list", []):
+            self.visit(d)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _nested
+
+    def visit_Lambda(self, node):
+        pass
+
+    def visit_ListComp(self, node):   # the first iterable belongs to the enclosing scope
+        self.visit(node.generators[0].iter)
+
+    visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_ListComp
+
+    def visit_NamedExpr(self, node):
+        self.bind(node.target.id)
+        self.visit(node.value)
+
+    def visit_ExceptHandler(self, node):
+        if node.name:
+            self.bind(node.name)
+        self.generic_visit(node)
+
+    def visit_Global(self, node):
+        self.declared_global |= set(node.names)
+
+    visit_Nonlocal = visit_Global
+
+    def visit_MatchAs(self, node):
+        if node.name:
+            self.bind(node.name)
+        self.generic_visit(node)
+
+    def visit_MatchStar(self, node):
+        if node.name:
+            self.bind(node.name)
+
+    def visit_MatchMapping(self, node):
+        if node.rest:
+            self.bind(node.rest)
+        self.generic_visit(node)
+
+
+def scope_bindings(node) -> tuple[dict[str, str], set[str]]:
+    """(names bound in the scope that ``node`` opens, names it declares global/nonlocal)."""
+    b = _Binder()
+    if isinstance(node, ast.Module):
+        body = node.body
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        args = node.args
+        for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
+            if a is not None:
+                b.bind(a.arg)
+        body = node.body if isinstance(node.body, list) else [node.body]
+    elif isinstance(node, ast.ClassDef):
+        body = node.body
+    else:   # comprehension: its targets
+        for gen in node.generators:
+            b.visit(gen.target)
+        body = []
+    for stmt in body:
+        b.visit(stmt)
+    return {k: v for k, v in b.names.items() if k not in b.declared_global}, b.declared_global
+
+
+def bound_names(tree: ast.AST) -> dict[str, str]:
+    """Names a piece of code binds at its top level: 'import:<module>', 'def' or 'value'."""
+    return scope_bindings(tree)[0]
+
+
+# --- modules, resolved by looking at the real (trusted) module objects ------------------------------------
+def _module_attr(path: str):
+    """The object ``path`` (e.g. 'torch.nn.functional.softmax') names, or None; imports only allowed modules."""
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        mod = ".".join(parts[:i])
+        if mod in ALLOWED_MODULES:
+            try:
+                obj = importlib.import_module(mod)
+            except ImportError:
+                return None
+            for p in parts[i:]:
+                obj = getattr(obj, p, None)
+                if obj is None:
+                    return None
+            return obj
+    return None
+
+
+# --- the check --------------------------------------------------------------------------------------------
+class _Scope:
+    def __init__(self, node, kind, names, declared_global):
+        self.node, self.kind, self.names, self.declared_global = node, kind, names, declared_global
+
+
+class _Checker(ast.NodeVisitor):
+    """Walks one learner cell; ``context`` is shared by every cell of the notebook."""
+
+    def __init__(self, cell: int, context: "_Context"):
+        self.cell, self.ctx = cell, context
+        self.flags: list[Flag] = []
+        self.stack: list[_Scope] = []
+        self.annotation_depth = 0
+        self.attribute_bases: set[int] = set()    # ids of Name/Attribute nodes used as the base of an attribute
+
+    def flag(self, node, reason):
+        self.flags.append(Flag(self.cell, getattr(node, "lineno", 1), reason))
+
+    # scopes --------------------------------------------------------------------------------------------
+    def run(self, tree: ast.Module):
+        self.stack.append(_Scope(tree, "module", self.ctx.learner_top, set()))
+        for stmt in tree.body:
+            self.visit(stmt)
+        self.stack.pop()
+
+    def _enter(self, node, kind, body):
+        names, declared = scope_bindings(node)
+        for name in declared:
+            if name in self.ctx.protected or name in dir(builtins):
+                self.flag(node, f"declares 'global {name}', a name the notebook's read-only cells or Python define")
+        self.stack.append(_Scope(node, kind, names, declared))
+        for item in body:
+            self.visit(item)
+        self.stack.pop()
+
+    def in_function(self) -> bool:
+        return any(s.kind == "function" for s in self.stack)
+
+    def resolve(self, name: str) -> str:
+        """'local' (the learner's own), 'module' (a top-level name of the learner), 'setup', 'test',
+        'builtin', or 'unknown'."""
+        innermost = self.stack[-1]
+        for scope in reversed(self.stack[1:]):
+            if name in scope.declared_global:
+                break
+            if scope.kind == "class" and scope is not innermost:
+                continue
+            if name in scope.names:
+                return "local"
+        if name in self.ctx.learner_top or name in self.ctx.graded:
+            return "module"
+        if name in self.ctx.setup:
+            return "setup"
+        if name in ALLOWED_BUILTINS:
+            return "builtin"
+        if name in self.ctx.tests:
+            return "test"
+        return "unknown"
+
+    # definitions ---------------------------------------------------------------------------------------
+    def visit_FunctionDef(self, node):
+        if node.name.startswith("__"):
+            if not (node.name in ALLOWED_DUNDER_DEFS and self.stack[-1].kind == "class"):
+                self.flag(node, f"defines '{node.name}' (a dunder method can change how the tests see values)")
+        else:
+            self._check_store_name(node, node.name)
+        for d in node.decorator_list:
+            self.visit(d)
+        for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
+            self.visit(default)
+        for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs + [node.args.vararg, node.args.kwarg]:
+            if a is not None and a.annotation is not None:
+                self.visit_annotation(a.annotation)
+            if a is not None and a.arg.startswith("__"):
+                self.flag(node, f"uses the dunder name '{a.arg}'")
+        if node.returns is not None:
+            self.visit_annotation(node.returns)
+        self._enter(node, "function", node.body)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    # annotations: what typing.get_type_hints would evaluate is checked like code ---------------------------
+    def visit_AnnAssign(self, node):
+        self.visit(node.target)
+        self.visit_annotation(node.annotation)
+        if node.value is not None:
+            self.visit(node.value)
+
+    def visit_annotation(self, node):
+        """An annotation: its expression is code (as written, or postponed by ``from __future__ import
+        annotations``), and each string in it is code too, evaluated later in the notebook's globals."""
+        self.annotation_depth += 1
+        try:
+            self.visit(node)
+        finally:
+            self.annotation_depth -= 1
+
+    def _string_annotation(self, node):
+        """A string inside an annotation: parse it and check it as an expression of the module's scope,
+        where ``get_type_hints`` would evaluate it; a string that is not one expression is flagged."""
+        if self.annotation_depth > 4:
+            self.flag(node, "nests string annotations too deeply to check")
+            return
+        try:
+            expr = ast.parse(node.value.strip(), mode="eval").body
+        except (SyntaxError, ValueError):
+            self.flag(node, f"has the string annotation {node.value[:40]!r}, which is not a Python expression; "
+                            f"annotations are checked like code")
+            return
+        for child in ast.walk(expr):     # report at the annotation's line
+            if hasattr(child, "lineno"):
+                child.lineno = node.lineno
+        stack, self.stack = self.stack, self.stack[:1]
+        try:
+            self.visit_annotation(expr)
+        finally:
+            self.stack = stack
+
+    def _is_literal(self, node) -> bool:
+        """``Literal[...]`` (typing's): its strings are values, not annotations."""
+        path = self._dotted(node) if isinstance(node, ast.Attribute) else None
+        if isinstance(node, ast.Name):
+            what = self._binding(node.id)
+            path = what[7:] if what.startswith("import:") else None
+        return path == "typing.Literal"
+
+    def visit_Lambda(self, node):
+        for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
+            self.visit(default)
+        self._enter(node, "function", [node.body])
+
+    def visit_ClassDef(self, node):
+        self._check_store_name(node, node.name)
+        for d in node.decorator_list:
+            self.visit(d)
+        for base in node.bases:
+            self.visit(base)
+            if not self._allowed_base(base):
+                self.flag(node, f"subclasses '{ast.unparse(base)}' (only torch.nn.Module and your own classes "
+                                f"may be subclassed; a subclass of a tensor or a number can fake comparisons)")
+        for kw in node.keywords:
+            self.flag(node, f"passes '{kw.arg}=' to a class definition (metaclasses are not allowed in answers)")
+        self._enter(node, "class", node.body)
+
+    def _allowed_base(self, base) -> bool:
+        if isinstance(base, ast.Name) and self.resolve(base.id) in ("local", "module") and \
+                self.ctx.learner_top.get(base.id) == "def":
+            return True
+        path = self._dotted(base)
+        obj = _module_attr(path) if path else None
+        return obj is not None and f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}" in ALLOWED_BASES
+
+    def _comprehension(self, node):
+        self.visit(node.generators[0].iter)
+        names, _ = scope_bindings(node)
+        self.stack.append(_Scope(node, "function", names, set()))
+        for k, gen in enumerate(node.generators):
+            if k:
+                self.visit(gen.iter)
+            for cond in gen.ifs:
+                self.visit(cond)
+        for part in ("elt", "key", "value"):
+            if hasattr(node, part):
+                self.visit(getattr(node, part))
+        self.stack.pop()
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
+
+    # imports -------------------------------------------------------------------------------------------
+    def visit_Import(self, node):
+        for a in node.names:
+            if a.name not in ALLOWED_MODULES:
+                self.flag(node, f"imports '{a.name}', which answers may not use "
+                                f"(allowed: torch, math, numpy and a few standard modules)")
+            self._check_store_name(node, *_imported(a, None))
+
+    def visit_ImportFrom(self, node):
+        module = node.module or ""
+        if node.level or module not in ALLOWED_MODULES:
+            self.flag(node, f"imports from '{'.' * node.level}{module}', which answers may not use")
+            return
+        for a in node.names:
+            if a.name == "*":
+                self.flag(node, f"'from {module} import *' hides which names are used")
+                continue
+            self._check_attr_name(node, a.name, f"{module}.{a.name}", module_root=True)
+            self._check_store_name(node, *_imported(a, module))
+
+    def visit_Call(self, node):
+        # type(x) with one argument only reads a type (printing it while exploring is common); the
+        # three-argument form builds a class and stays flagged.
+        if isinstance(node.func, ast.Name) and node.func.id == "type" and len(node.args) == 1 \
+                and not node.keywords and self.resolve("type") == "unknown":
+            for arg in node.args:
+                self.visit(arg)
+            return
+        self.generic_visit(node)
+
+    # names ---------------------------------------------------------------------------------------------
+    def visit_Name(self, node):
+        name = node.id
+        if name == "__name__" and isinstance(node.ctx, ast.Load):
+            return      # the notebook's name ("__main__"), for an `if __name__ == "__main__":` demo
+        if name.startswith("__") and name.endswith("__"):
+            self.flag(node, f"uses the dunder name '{name}' (reflection is not allowed in answers)")
+            return
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            self._check_store_name(node, name)
+            return
+        where = self.resolve(name)
+        what = self._binding(name)
+        if what.startswith("import:") and what[7:] in ALLOWED_MODULES and id(node) not in self.attribute_bases:
+            self.flag(node, f"uses the module '{name}' as a value; use what it offers by name "
+                            f"('{name}.<name>'), so that the scan can check each name")
+        if where == "setup":
+            what = self.ctx.setup[name]
+            if what.startswith("import:") and what[7:] not in ALLOWED_MODULES and \
+                    not self._allowed_import_value(what[7:]):
+                self.flag(node, f"uses '{name}' (the notebook's {what[7:]}), which answers may not use; "
+                                f"the checking helpers are for the tests only")
+        elif where == "test" and self.in_function():
+            self.flag(node, f"reads '{name}', a variable of the test cells, inside a function; "
+                            f"pass values in as arguments")
+        elif where == "module" and self.in_function() and name in self.ctx.tests and \
+                self.ctx.tests[name] != self.ctx.learner_top.get(name):
+            self.flag(node, f"reads the global '{name}' inside a function, and the test cells rebind that name; "
+                            f"pass values in as arguments")
+        elif where == "unknown":
+            if name == "get_ipython":
+                self.flag(node, "uses IPython magics or shell escapes (! / %), not allowed in answers")
+            elif name in dir(builtins):
+                self.flag(node, f"uses '{name}', which answers may not use (reflection, files, processes or "
+                                f"code execution)")
+            else:
+                self.flag(node, f"uses '{name}', which is neither defined in your answers nor allowed in them")
+
+    def _allowed_import_value(self, path: str) -> bool:
+        """A name the read-only cells imported from an allowed module and on its list (``from math import sqrt``)."""
+        parent, _, name = path.rpartition(".")
+        return POLICY.admits(parent, name)
+
+    def _binding(self, name: str) -> str:
+        """What the name is bound to where it is used ('import:<path>', 'def', 'value'), or ''."""
+        where = self.resolve(name)
+        table = self.ctx.learner_top if where == "module" else self.ctx.setup if where == "setup" else {}
+        if where == "local":
+            table = next((s.names for s in reversed(self.stack) if name in s.names), {})
+        return table.get(name, "")
+
+    def _check_store_name(self, node, name, what=None):
+        if name.startswith("__"):
+            self.flag(node, f"binds the dunder name '{name}'")
+        if self.stack[-1].kind != "module" and name not in self.stack[-1].declared_global:
+            return          # a local of the learner's own function or class
+        if name in self.ctx.protected and not (what and self.ctx.protected[name] == what):
+            self.flag(node, f"rebinds '{name}', which the notebook's read-only cells define")
+        elif name in dir(builtins):
+            self.flag(node, f"rebinds the built-in '{name}' for the whole notebook, tests included; "
+                            f"choose another name")
+
+    # attributes ----------------------------------------------------------------------------------------
+    def _dotted(self, node) -> str | None:
+        """'torch.nn.functional.softmax' for an attribute chain rooted at an allowed module, else None."""
+        attrs = []
+        while isinstance(node, ast.Attribute):
+            attrs.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        what = self._binding(node.id)
+        if not what.startswith("import:"):
+            return None
+        return ".".join([what[7:]] + attrs[::-1])
+
+    def visit_Attribute(self, node):
+        attr = node.attr
+        path = self._dotted(node)
+        self._check_attr_name(node, attr, path, module_root=path is not None)
+        if path in ALLOWED_MODULES and id(node) not in self.attribute_bases and isinstance(node.ctx, ast.Load):
+            self.flag(node, f"uses the module '{path}' as a value; use what it offers by name, so that the scan "
+                            f"can check each name")
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            self._check_attr_store(node)
+        self.attribute_bases.add(id(node.value))
+        self.visit(node.value)
+
+    def _check_attr_name(self, node, attr, path, module_root):
+        if attr == "__init__" and self._is_super_init(node):
+            return
+        if attr.startswith("__"):
+            self.flag(node, f"uses '{attr}' (dunder attributes are reflection, not allowed in answers)")
+        elif attr in FRAME_ATTRIBUTES:
+            self.flag(node, f"uses '{attr}' (frames, code objects and tracebacks are reflection, not allowed "
+                            f"in answers)")
+        elif module_root and path.rpartition(".")[0] in ALLOWED_MODULES:
+            self._check_module_name(node, path)
+        else:
+            self._check_value_attribute(node, attr, path or attr)
+
+    def _check_module_name(self, node, path):
+        """``module.name`` for an allowed module: admitted only if the reviewed list names it."""
+        module, _, name = path.rpartition(".")
+        if POLICY.admits(module, name):
+            return
+        if name in FORBIDDEN_ATTRIBUTES:
+            self.flag(node, f"uses '{path}', a library implementation of what the exercise asks for")
+        elif name.startswith("_"):
+            self.flag(node, f"uses '{path}', a private part of a library")
+        elif path in POLICY.refused:
+            self.flag(node, f"uses '{path}', which {POLICY.refused[path]}; answers may not use it")
+        else:
+            self.flag(node, f"uses '{path}', which is not on the course's list of what answers may use from "
+                            f"'{module}' (scripts/tfmgrader/allowlist.json, reviewed by the instructor)")
+
+    def _check_value_attribute(self, node, attr, shown):
+        """An attribute of a value: on the reviewed list or the answer's own, never a refused one."""
+        if attr in DANGEROUS_ATTRIBUTES or attr.startswith(DANGEROUS_PREFIXES):
+            why = POLICY.refused_attributes.get(attr, "hooks and global switches")
+            self.flag(node, f"uses '{shown}' ({why}: not allowed in answers)")
+        elif attr in FORBIDDEN_ATTRIBUTES and attr not in self.ctx.learner_attributes:
+            self.flag(node, f"uses '{shown}', a library implementation of what the exercise asks for")
+        elif attr.startswith("_") and attr in LIBRARY_PRIVATE_ATTRIBUTES:
+            self.flag(node, f"uses '{shown}', a private attribute of tensors, modules or arrays (private parts "
+                            f"of libraries are not allowed in answers; name your own attributes otherwise)")
+        elif attr.startswith("_") and attr not in self.ctx.learner_attributes:
+            self.flag(node, f"uses '{shown}', a private attribute the answer does not define itself "
+                            f"(private parts of libraries are not allowed in answers)")
+        elif attr not in ALLOWED_ATTRIBUTES and attr not in self.ctx.own_attributes:
+            self.flag(node, f"uses the attribute '{attr}', which is not one of a tensor, a PyTorch module, an "
+                            f"array, a number, a string or a container, nor one the answer defines")
+
+    def _is_super_init(self, node) -> bool:
+        v = getattr(node, "value", None)
+        return isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super"
+
+    def _check_attr_store(self, node):
+        root = node
+        while isinstance(root, (ast.Attribute, ast.Subscript)):
+            root = root.value
+        name = root.id if isinstance(root, ast.Name) else None
+        if name == "self" and self.resolve("self") == "local":
+            return
+        if node.attr in ("requires_grad", "data", "grad") and name and self.resolve(name) in ("local", "module") \
+                and not self._dotted(node):
+            return
+        self.flag(node, f"assigns to '{ast.unparse(node)}' (answers may only set attributes of their own "
+                        f"objects through self)")
+
+    def visit_Subscript(self, node):
+        if self.annotation_depth and self._is_literal(node.value):
+            self.visit(node.value)       # Literal["mean", "sum"]: values, not annotations
+            return
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            root = node
+            while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+                root = root.func if isinstance(root, ast.Call) else root.value
+            if isinstance(root, ast.Name) and self.resolve(root.id) not in ("local", "module"):
+                self.flag(node, f"assigns into '{ast.unparse(node)}', an object the answer does not own")
+        self.generic_visit(node)
+
+    # statements and literals ---------------------------------------------------------------------------
+    def visit_Global(self, node):
+        pass     # handled when the scope is entered
+
+    visit_Nonlocal = visit_Global
+
+    def visit_Constant(self, node):
+        if isinstance(node.value, str) and self.annotation_depth:
+            self._string_annotation(node)
+        elif isinstance(node.value, str) and _FORMAT_FIELD.search(node.value):
+            self.flag(node, "a format string reaches into an attribute or item starting with '_' (reflection)")
+        elif isinstance(node.value, str) and _DUNDER_STRING.fullmatch(node.value) and node.value != "__main__":
+            self.flag(node, f"uses the string '{node.value}', the name of a dunder (reflection by name)")
+
+
+class _Context:
+    def __init__(self, setup: dict[str, str], tests: dict[str, str], learner_top: dict[str, str], graded: set[str]):
+        self.graded = set(graded)
+        self.setup = {k: v for k, v in setup.items() if k not in graded}
+        self.tests = {k: v for k, v in tests.items() if k not in graded}
+        self.learner_top = learner_top
+        # Names a learner may not rebind at top level: everything the read-only cells bind, and the
+        # functions, classes and imports of the test cells (their plain variables are reassigned before use).
+        self.protected = dict(self.setup)
+        self.protected.update({k: v for k, v in self.tests.items() if v != "value"})
+        self.own_attributes: set[str] = set()     # attributes the answer or the notebook's cells define or use
+        self.learner_attributes: set[str] = set()  # attributes the answer itself defines
+
+
+def own_attributes(trees) -> set[str]:
+    """Attribute names the given code defines: ``self.x = …``, and the names a class body binds (methods,
+    class attributes, dataclass fields).  Dunders and frame attributes never count."""
+    names = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                        names.add(item.name)
+                    elif isinstance(item, (ast.Assign, ast.AnnAssign)):
+                        targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+                        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return {n for n in names if not n.startswith("__") and n not in FRAME_ATTRIBUTES}
+
+
+def _used_attributes(sources: list[str]) -> set[str]:
+    """Attribute names the notebook's read-only cells use on their values (what they hand the answers)."""
+    names = set()
+    for src in sources:
+        try:
+            names |= {n.attr for n in ast.walk(parse(src)) if isinstance(n, ast.Attribute)}
+        except (SyntaxError, ValueError):
+            continue
+    return {n for n in names if not n.startswith("_") and n not in FRAME_ATTRIBUTES and n not in DANGEROUS_ATTRIBUTES}
+
+
+def _names_of(sources: list[str]) -> dict[str, str]:
+    names: dict[str, str] = {}
+    for src in sources:
+        try:
+            names.update(bound_names(parse(src)))
+        except (SyntaxError, ValueError):
+            continue        # trusted cells: a broken one fails on its own
+    return names
+
+
+def scan_cells(learner: dict[int, str], setup: list[str], tests: list[str], graded_names: set[str]) -> list[Flag]:
+    """Flags for the learner's cells ``{index: source}``.
+
+    ``setup`` and ``tests`` are the sources of the notebook's read-only cells; ``graded_names`` are the
+    functions the learner must define.  A cell that cannot be read is flagged (fail closed).
+    """
+    flags: list[Flag] = []
+    trees: dict[int, ast.Module] = {}
+    for index, src in sorted(learner.items()):
+        try:
+            trees[index] = parse(src)
+        except SyntaxError as err:
+            flags.append(Flag(index, err.lineno or 1, f"is not valid Python ({err.msg}); the cell was withheld"))
+        except Exception as err:  # noqa: BLE001 - anything the transformer cannot read is withheld
+            flags.append(Flag(index, 1, f"could not be read ({type(err).__name__}); the cell was withheld"))
+    learner_top: dict[str, str] = {}
+    for tree in trees.values():
+        for name, what in bound_names(tree).items():
+            learner_top.setdefault(name, what)
+    ctx = _Context(_names_of(setup), _names_of(tests), learner_top, set(graded_names))
+    ctx.learner_attributes = own_attributes(trees.values())
+    ctx.own_attributes = ctx.learner_attributes | _used_attributes(setup + tests)
+    for index, tree in trees.items():
+        checker = _Checker(index, ctx)
+        checker.run(tree)
+        flags += checker.flags
+    return flags

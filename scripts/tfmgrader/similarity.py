@@ -1,0 +1,754 @@
+"""Copy detection for the instructor: every graded function of every submission against tfmlib, the solutions,
+the code shown on the site and the other submissions of the class.
+
+It flags pairs for a person to review and never changes a score.  ``scripts/grade.py`` calls ``analyse_class``
+once a batch is graded; it adds ``similar_to`` and ``similarity`` to ``grades.csv`` and writes
+``similarity.csv`` (every graded function of every submission, its closest source) and ``similarity.html``
+(the flagged pairs side by side) next to it.
+
+How a function is compared
+  * Its *unit*: the graded function as the submission finally defines it, plus every function of the
+    submission it calls (directly or through other helpers; a graded function it calls is not included).  A
+    function that only forwards its arguments to a helper of its own is represented by the helper, so a copy
+    wrapped in a helper is seen whole.  An alias (``_impl = f``) follows the function it names.
+  * Normalisation (``normalise``, on the abstract syntax tree, so whitespace, comments and layout are gone):
+    docstrings are removed; assignments that do not depend on each other are put in one canonical order;
+    every name the unit binds (parameters, local variables, loop and comprehension variables, the names of its
+    functions) becomes ``v``; what it only reads (``torch``, ``math``, built-ins, attribute names such as
+    ``masked_fill`` and keyword names such as ``dim=``) is kept.  copydetect's own tokeniser (Pygments)
+    replaces *every* name by ``V``, attribute names included, which makes independent correct answers look
+    alike (``x.view(...).transpose(1, 2)`` and ``x.reshape(...).permute(0, 2, 1, 3)``); the calibration script
+    compares both (``--tokens copydetect``).
+  * Fingerprints: copydetect (pinned in pyproject.toml) hashes every ``K``-token window of the normalised token
+    stream (each token one character; window size 1, so every k-gram is kept and the result does not depend on
+    Python's per-process string hashing) and removes the k-grams of the code every learner is given (the
+    signatures and stubs of the release, as copydetect's boilerplate).
+  * Similarity of a unit to a source: the share of the unit's (non-boilerplate) tokens covered by k-grams the
+    source also has; the unit is flagged at ``THRESHOLD`` or more.  The source named is the closest reference
+    (tfmlib, then the solution, then the site, at equal similarity) when it reaches the threshold, since
+    classmates who copied the same reference look alike because of it; else the closest of all.
+  * A unit with fewer than ``MIN_TOKENS`` tokens outside the boilerplate (``causal_mask`` is one line) is too
+    short to attribute: every correct answer looks alike.  It gets no similarity ("too short"), and a source
+    that short is not compared either.
+
+The threshold, ``K`` and ``MIN_TOKENS`` come from ``scripts/similarity_calibration.py``.  Nothing here runs
+learner code: submissions are only parsed.
+"""
+from __future__ import annotations
+
+import ast
+import html
+import importlib.util
+import io
+import os
+import pickle
+import re
+import tokenize
+from dataclasses import dataclass, field
+from pathlib import Path
+
+K = 20                # tokens per fingerprinted window
+THRESHOLD = 0.6       # share of a unit's tokens found in one source that flags it for review
+MIN_TOKENS = 80       # units shorter than this (outside the boilerplate) are not attributed
+PLACEHOLDER = "v"
+MAX_REORDER = 200     # blocks longer than this keep their order (the canonical order is quadratic)
+REPO = Path(__file__).resolve().parents[2]
+SOLUTION_RE = re.compile(r"[ \t]*### BEGIN SOLUTION\n.*?### END SOLUTION[^\n]*\n?", re.S)
+
+
+# --- normalisation ------------------------------------------------------------------------------------------
+
+def _strip_docstring(body: list) -> list:
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        return body[1:] or [ast.Pass()]
+    return body
+
+
+class _Renamer(ast.NodeTransformer):
+    """Every name in ``bound`` -> PLACEHOLDER; docstrings removed."""
+
+    def __init__(self, bound: set[str]):
+        self.bound = bound
+
+    def visit_FunctionDef(self, node):
+        node.body = _strip_docstring(node.body)
+        if node.name in self.bound:
+            node.name = PLACEHOLDER
+        node.returns = None
+        self.generic_visit(node)
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_arg(self, node):
+        if node.arg in self.bound:
+            node.arg = PLACEHOLDER
+        node.annotation = None
+        return node
+
+    def visit_AnnAssign(self, node):
+        self.generic_visit(node)
+        if node.value is None:
+            return None
+        return ast.Assign(targets=[node.target], value=node.value, lineno=node.lineno)
+
+    def visit_Name(self, node):
+        if node.id in self.bound:
+            node.id = PLACEHOLDER
+        return node
+
+    def visit_ExceptHandler(self, node):
+        if node.name in self.bound:
+            node.name = PLACEHOLDER
+        self.generic_visit(node)
+        return node
+
+    def visit_alias(self, node):
+        if (node.asname or node.name.split(".")[0]) in self.bound and node.asname:
+            node.asname = PLACEHOLDER
+        return node
+
+
+def bound_names(tree: ast.AST) -> set[str]:
+    """The names a piece of code binds itself: functions, parameters, assigned and loop variables."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return names
+
+
+def _reads_writes(stmt: ast.stmt) -> tuple[set[str], set[str]]:
+    reads, writes = set(), set()
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Name):
+            (writes if isinstance(node.ctx, (ast.Store, ast.Del)) else reads).add(node.id)
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+        reads.add(stmt.target.id)
+    return reads, writes
+
+
+def _canonical_order(body: list[ast.stmt], bound: set[str]) -> list[ast.stmt]:
+    """``body`` with independent assignments in one canonical order (the order of their normalised text,
+    as far as their data dependencies allow), so that reordering them changes nothing.  Any other statement
+    (a loop, a condition, a call, a return) stays where it is relative to everything else."""
+    movable = [isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Import, ast.ImportFrom)) for s in body]
+    rw = [_reads_writes(s) for s in body]
+    after: list[set[int]] = [set() for _ in body]      # after[j]: statements that must come before j
+    for j in range(len(body)):
+        for i in range(j):
+            ri, wi = rw[i]
+            rj, wj = rw[j]
+            if not (movable[i] and movable[j]) or wi & rj or wi & wj or ri & wj:
+                after[j].add(i)
+
+    names = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(bound, key=len, reverse=True))) + r")\b") \
+        if bound else None
+
+    def key(i):
+        text = ast.unparse(body[i])
+        return names.sub(PLACEHOLDER, text) if names else text
+
+    if not any(movable[i] and movable[i + 1] and i not in after[i + 1] for i in range(len(body) - 1)):
+        return body                                     # nothing can move
+    keys: dict[int, str] = {}
+    placed, order = set(), []
+    while len(order) < len(body):
+        ready = [i for i in range(len(body)) if i not in placed and after[i] <= placed]
+        for n in ready:
+            if n not in keys:
+                keys[n] = key(n)
+        i = min(ready, key=keys.__getitem__)
+        placed.add(i)
+        order.append(body[i])
+    return order
+
+
+def _canonical(tree: ast.AST, bound: set[str]) -> None:
+    for node in ast.walk(tree):
+        for attr in ("body", "orelse", "finalbody"):
+            body = getattr(node, attr, None)
+            if isinstance(body, list) and 1 < len(body) <= MAX_REORDER and all(isinstance(s, ast.stmt) for s in body):
+                setattr(node, attr, _canonical_order(body, bound))
+
+
+def normalise(code: str | list[ast.stmt]) -> str:
+    """The normalised text of ``code`` (source text, or statements): no docstrings, comments or layout, every
+    name it binds replaced by PLACEHOLDER (see the module's docstring)."""
+    statements = ast.parse(code).body if isinstance(code, str) else [pickle.loads(pickle.dumps(s)) for s in code]
+    module = ast.Module(body=statements, type_ignores=[])
+    module.body = _strip_docstring(module.body) if isinstance(code, str) else module.body
+    bound = bound_names(module)
+    for node in ast.walk(module):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.body = _strip_docstring(node.body)
+    _canonical(module, bound)
+    _Renamer(bound).visit(module)
+    return ast.unparse(ast.fix_missing_locations(module))
+
+
+def tokens(text: str) -> list[tuple[str, int, int]]:
+    """(token, start, end) of normalised code, offsets into ``text``; layout tokens become one marker each."""
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    out = []
+    skip = {tokenize.ENCODING, tokenize.ENDMARKER, tokenize.NL, tokenize.COMMENT}
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type in skip:
+            continue
+        start = starts[tok.start[0] - 1] + tok.start[1] if tok.start[0] - 1 < len(starts) else len(text)
+        end = starts[tok.end[0] - 1] + tok.end[1] if tok.end[0] - 1 < len(starts) else len(text)
+        name = {tokenize.NEWLINE: "<nl>", tokenize.INDENT: "<in>", tokenize.DEDENT: "<de>"}.get(tok.type, tok.string)
+        out.append((name, start, max(start, end)))
+    return out
+
+
+# --- units: a function and the helpers it calls ---------------------------------------------------------------
+
+def parse_cell(source: str) -> ast.Module | None:
+    """The cell's syntax tree; IPython magics and shell lines are left out; None when it does not parse."""
+    lines = [ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))]
+    try:
+        return ast.parse("\n".join(lines))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def forwards_to(node: ast.FunctionDef, defs: dict[str, ast.FunctionDef]) -> str | None:
+    """The helper of ``defs`` that ``node`` only calls and returns (``return helper(a, b)``), else None."""
+    body = _strip_docstring(node.body)
+    if len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Call):
+        call = body[0].value
+        if isinstance(call.func, ast.Name) and call.func.id in defs and defs[call.func.id] is not node and all(
+                isinstance(a, ast.Name) for a in call.args) and all(isinstance(k.value, ast.Name) for k in call.keywords):
+            return call.func.id
+    return None
+
+
+def unit(name: str, defs: dict[str, ast.FunctionDef], graded: set[str]) -> list[ast.stmt]:
+    """The definition of ``name`` and of every function of ``defs`` it reaches through calls or references,
+    graded functions other than ``name`` excepted (they are units of their own).  A function that only
+    forwards its arguments to a helper of its own (a copy wrapped in a helper) is represented by the helper."""
+    seen_forward = set()
+    while name in defs and name not in seen_forward:
+        seen_forward.add(name)
+        target = forwards_to(defs[name], defs)
+        if target is None or target in graded:
+            break
+        name = target
+    todo, seen, out = [name], set(), []
+    while todo:
+        current = todo.pop(0)
+        node = defs.get(current)
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        out.append(node)
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and sub.id in defs and (sub.id not in graded or sub.id == name):
+                todo.append(sub.id)
+    return out
+
+
+@dataclass
+class Unit:
+    """One piece of code to compare: a graded function of a submission, or a source it may come from."""
+    label: str                 # e.g. "tfmlib/attention.py: scaled_dot_product_attention", or a student id
+    kind: str                  # "student", "tfmlib", "solution" or "site"
+    function: str              # the graded function ("" for a site unit: compared with every function)
+    source: str                # the original text, as shown in the report
+    normalised: str = ""
+    fingerprint: object = None
+    size: int = 0              # tokens outside the boilerplate
+    spans: list = field(default_factory=list)
+
+
+_LINES: dict[int, tuple[str, list[str]]] = {}
+
+
+def _segment(text: str, node: ast.AST) -> str | None:
+    """The lines of ``text`` that ``node`` spans (its decorators included)."""
+    cached = _LINES.get(id(text))
+    if cached is None or cached[0] is not text:
+        cached = _LINES[id(text)] = (text, text.splitlines())
+    lines = cached[1]
+    start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    if not getattr(node, "end_lineno", None) or start > len(lines):
+        return None
+    return "\n".join(lines[start - 1:node.end_lineno])
+
+
+def unit_source(statements: list[ast.stmt], original: str | None = None) -> str:
+    """The text shown for a unit: the original text of its definitions when known, else their unparsed form."""
+    parts = []
+    for node in statements:
+        text = _segment(original, node) if original is not None else None
+        if text is None and getattr(node, "_cell_source", None) is not None:
+            text = _segment(node._cell_source, node)
+        parts.append(text if text is not None else ast.unparse(node))
+    return "\n\n".join(parts)
+
+
+def cell_functions(cells: list[str]) -> dict[str, ast.FunctionDef]:
+    """``{name: def}`` as running the cells in order would leave them: a later definition replaces an earlier
+    one; ``alias = f`` names the function ``f`` named then (so ``_impl = f`` followed by a new ``def f`` keeps
+    both).  Each node remembers its cell's text, for showing the original code."""
+    defs: dict[str, ast.FunctionDef] = {}
+    for source in cells:
+        tree = parse_cell(source)
+        if tree is None:
+            continue
+        clean = "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                node._cell_source = clean
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                defs[node.name] = node
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in defs:
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        defs[target.id] = defs[node.value.id]
+    return defs
+
+
+def function_units(label: str, kind: str, cells: list[str], graded: list[str]) -> dict[str, Unit]:
+    """``{graded function: Unit}`` for the functions of ``graded`` that ``cells`` define."""
+    defs = cell_functions(cells)
+    units = {}
+    for name in graded:
+        if name in defs:
+            statements = unit(name, defs, set(graded))
+            units[name] = Unit(label, kind, name, unit_source(statements), normalise(statements))
+    return units
+
+
+# --- the sources: tfmlib, solutions/, the site -------------------------------------------------------------
+
+def notebook_cells(path: Path, learner_only: bool = False) -> list[str]:
+    """The code cells' sources; ``learner_only``: the answer cells and cells the learner added, not the
+    read-only and test cells."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    out = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        meta = cell.metadata.get("nbgrader", {})
+        if learner_only and (meta.get("grade") or meta.get("locked")) and not meta.get("solution"):
+            continue
+        out.append(cell.source)
+    return out
+
+
+def graded_functions(solution_notebooks: list[Path]) -> list[str]:
+    """The functions the answer cells of the instructor's notebooks define, in notebook order."""
+    import nbformat
+
+    names = []
+    for path in solution_notebooks:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
+                tree = parse_cell(cell.source)
+                names += [n.name for n in (tree.body if tree else []) if isinstance(n, ast.FunctionDef)]
+    return list(dict.fromkeys(names))
+
+
+def release_cells(solution_notebooks: list[Path]) -> list[str]:
+    """The answer cells as the learner receives them (solution regions replaced by the stub)."""
+    import nbformat
+
+    out = []
+    for path in solution_notebooks:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
+                out.append(SOLUTION_RE.sub("    raise NotImplementedError()\n", cell.source))
+    return out
+
+
+def tfmlib_folder() -> Path:
+    spec = importlib.util.find_spec("tfmlib")
+    if spec is None or not spec.submodule_search_locations:
+        return REPO / "tfmlib"
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def module_functions(path: Path) -> tuple[dict[str, ast.AST], str]:
+    """``{name or Class.method: node}`` of a Python file, and its text."""
+    text = path.read_text()
+    tree = ast.parse(text)
+    out = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[node.name] = node
+        elif isinstance(node, ast.ClassDef):
+            out[node.name] = node
+            for sub in node.body:
+                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    out[f"{node.name}.{sub.name}"] = sub
+    return out, text
+
+
+def tfmlib_units(graded: list[str]) -> list[Unit]:
+    """tfmlib's function of the same name as each graded function (with the tfmlib helpers it calls)."""
+    folder = tfmlib_folder()
+    units = []
+    for path in sorted(folder.glob("*.py")):
+        try:
+            functions, text = module_functions(path)
+        except (OSError, SyntaxError):
+            continue
+        defs = {n: f for n, f in functions.items() if isinstance(f, ast.FunctionDef) and "." not in n}
+        for name in graded:
+            if name in defs:
+                statements = unit(name, defs, set(graded))
+                units.append(Unit(f"tfmlib/{path.name}: {name}", "tfmlib", name,
+                                  unit_source(statements, text), normalise(statements)))
+    return units
+
+
+def solution_units(solution_notebooks: list[Path], graded: list[str]) -> list[Unit]:
+    units = []
+    for path in solution_notebooks:
+        cells = notebook_cells(path, learner_only=True)
+        for name, u in function_units(f"solutions/{path.parent.name}: {{}}", "solution", cells, graded).items():
+            u.label = u.label.format(name)
+            units.append(u)
+    return units
+
+
+CODE_CELL_RE = re.compile(r"^(`{3,}|~{3,})\{code-cell\}[^\n]*\n(.*?)^\1[ \t]*$", re.S | re.M)
+FENCE_RE = re.compile(r"^(`{3,}|~{3,})(?:python|py|\{code-block\}\s+python|\{code\}\s+python)[ \t]*\n(.*?)^\1[ \t]*$",
+                      re.S | re.M)
+INCLUDE_RE = re.compile(r"\{literalinclude\}[ \t]+(\S+)[ \t]*\n((?:[ \t]*:[\w-]+:[^\n]*\n)*)")
+
+
+def _cell_body(text: str) -> str:
+    """A code cell's code: its YAML front matter and ``:option:`` lines left out."""
+    lines = text.splitlines()
+    if lines and lines[0].strip() == "---":
+        end = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), 0)
+        lines = lines[end + 1:]
+    while lines and re.match(r"^:[\w-]+:", lines[0]):
+        lines = lines[1:]
+    return "\n".join(lines)
+
+
+_SITE: dict = {}
+
+
+def site_units(book: Path) -> list[Unit]:
+    """``_site_units`` (new Unit objects, read once per process)."""
+    key = str(book.resolve())
+    if key not in _SITE:
+        _SITE[key] = [(u.label, u.kind, u.function, u.source, u.normalised) for u in _site_units(book)]
+    return [Unit(*fields) for fields in _SITE[key]]
+
+
+def _site_units(book: Path) -> list[Unit]:
+    """The code a learner can read on the site: every function and the other statements of each code cell
+    and code listing of ``book/**/*.md``, and every object a page includes from tfmlib (a class: its
+    methods)."""
+    units = []
+    for md in sorted(book.rglob("*.md")):
+        text = md.read_text(encoding="utf-8", errors="replace")
+        rel = md.relative_to(book.parent)
+        blocks = [(text[:m.start()].count("\n") + 1, _cell_body(m.group(2))) for m in CODE_CELL_RE.finditer(text)]
+        blocks += [(text[:m.start()].count("\n") + 1, m.group(2)) for m in FENCE_RE.finditer(text)]
+        for line, code in blocks:
+            tree = parse_cell(code)
+            if tree is None:
+                continue
+            clean = "\n".join(ln for ln in code.splitlines() if not ln.lstrip().startswith(("%", "!")))
+            rest = []
+            for node in tree.body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    units.append(Unit(f"{rel}:{line}: {node.name}", "site", "", unit_source([node], clean),
+                                      normalise([node])))
+                elif not isinstance(node, (ast.Import, ast.ImportFrom, ast.ClassDef)):
+                    rest.append(node)
+            if rest:
+                units.append(Unit(f"{rel}:{line}: code cell", "site", "", unit_source(rest, clean), normalise(rest)))
+        for m in INCLUDE_RE.finditer(text):
+            path = (md.parent / m.group(1)).resolve()
+            options = dict(re.findall(r":([\w-]+):[ \t]*([^\n]*)", m.group(2)))
+            try:
+                functions, source = module_functions(path)
+            except (OSError, SyntaxError, ValueError):
+                continue
+            wanted = options.get("pyobject", "").strip()
+            names = [wanted] if wanted else [n for n in functions if "." not in n]
+            for name in names:
+                node = functions.get(name)
+                if node is None:
+                    continue
+                methods = [s for s in node.body if isinstance(s, ast.FunctionDef)] \
+                    if isinstance(node, ast.ClassDef) else [node]
+                for f in methods:
+                    qual = f"{name}.{f.name}" if isinstance(node, ast.ClassDef) else name
+                    where = text[:m.start()].count("\n") + 1
+                    units.append(Unit(f"{rel}:{where}: {path.name} {qual}", "site", "",
+                                      unit_source([f], source), normalise([f])))
+    return units
+
+
+# --- fingerprints and comparison (copydetect) ---------------------------------------------------------------
+
+class Fingerprints:
+    """copydetect fingerprints of normalised code: one character per token (a vocabulary shared by every unit
+    of one analysis), k-grams of K tokens, every k-gram kept, the boilerplate's removed."""
+
+    def __init__(self, boilerplate: list[str], k: int = K, mode: str = "ast"):
+        self.k, self.mode, self.vocab = k, mode, {}
+        self.boilerplate = []
+        if boilerplate:
+            from copydetect.utils import get_document_fingerprints
+            hashes = set()
+            for code in boilerplate:
+                hashes |= get_document_fingerprints(self.encode(self.prepare(code)), k, 1)[0]
+            self.boilerplate = sorted(hashes)
+
+    def prepare(self, code: str) -> str:
+        """Normalised text: ours (ast), or, in mode "copydetect", the layout-free text that copydetect's own
+        Pygments filter then reduces (every name to V, strings to S)."""
+        try:
+            text = normalise(code)
+        except (SyntaxError, ValueError, RecursionError):
+            text = code
+        if self.mode == "copydetect":
+            from copydetect.utils import filter_code
+            return filter_code(text, "unit.py")[0]
+        return text
+
+    def encode(self, text: str) -> str:
+        if self.mode == "copydetect":
+            return text
+        return "".join(self.vocab.setdefault(t[0], chr(0x10000 + len(self.vocab))) for t in tokens(text))
+
+    def add(self, u: Unit) -> Unit:
+        from copydetect import CodeFingerprint
+
+        text = u.normalised if self.mode == "ast" else self.prepare(u.normalised)
+        try:
+            spans = tokens(text) if self.mode == "ast" else [(c, i, i + 1) for i, c in enumerate(text)]
+        except (tokenize.TokenError, IndentationError, SyntaxError):
+            spans = []
+        encoded = "".join(self.vocab.setdefault(t[0], chr(0x10000 + len(self.vocab))) for t in spans) \
+            if self.mode == "ast" else text
+        u.fingerprint = CodeFingerprint(u.label, self.k, 1, boilerplate=self.boilerplate, filter=False,
+                                        fp=io.StringIO(encoded))
+        u.size = int(u.fingerprint.token_coverage)
+        u.spans = spans
+        return u
+
+    @staticmethod
+    def compare(a: Unit, b: Unit) -> tuple[float, object]:
+        """(share of ``a``'s tokens found in ``b``, the token slices of ``a`` that ``b`` also has)."""
+        from copydetect import compare_files
+
+        if not a.size or not b.size or a.fingerprint.hashes.isdisjoint(b.fingerprint.hashes):
+            return 0.0, None
+        _, (share, _), (slices, _) = compare_files(a.fingerprint, b.fingerprint)
+        return float(min(share, 1.0)), slices
+
+
+@dataclass
+class Match:
+    student: str
+    function: str
+    source: Unit | None        # the closest source (None: too short, or nothing compared)
+    similarity: float | None   # None: too short to attribute
+    flagged: bool
+    unit: Unit | None
+    slices: object = None
+    ties: list = field(default_factory=list)   # the other sources at the threshold or above
+
+
+def closest(u: Unit, candidates: list[Unit], fp: Fingerprints, min_tokens: int = MIN_TOKENS,
+            threshold: float = THRESHOLD) -> Match:
+    """The source that explains ``u`` best: the closest reference (tfmlib, the solution, the site) when it
+    reaches ``threshold`` (classmates who copied the same reference are alike because of it), else the closest
+    candidate of all.  Every other candidate at ``threshold`` or more is listed in ``ties``."""
+    if u.size < min_tokens:
+        return Match(u.label, u.function, None, None, False, u)
+    scored = []
+    for c in candidates:
+        if c is u or (c.function and c.function != u.function) or (c.kind == "student" and c.label == u.label) \
+                or c.size < min_tokens:
+            continue
+        share, slices = fp.compare(u, c)
+        scored.append((share, c, slices))
+    if not scored:
+        return Match(u.label, u.function, None, 0.0, False, u)
+    rank = {"tfmlib": 0, "solution": 1, "site": 2, "student": 3}
+    scored.sort(key=lambda s: (-s[0], rank.get(s[1].kind, 3), s[1].label))
+    if scored[0][0] == 0:
+        return Match(u.label, u.function, None, 0.0, False, u)
+    refs = [s for s in scored if s[1].kind != "student"]
+    best, source, slices = refs[0] if refs and refs[0][0] >= threshold else scored[0]
+    ties = [c for s, c, _ in scored if c is not source and s >= threshold][:8]
+    return Match(u.label, u.function, source, round(best, 3), best >= threshold, u, slices, ties)
+
+
+# --- one class ----------------------------------------------------------------------------------------------
+
+@dataclass
+class Analysis:
+    matches: dict[tuple[str, str], Match]     # (student, function) -> Match
+    graded: list[str]
+    references: list[Unit]
+
+
+def references(course: Path, assignment: str, graded: list[str] | None = None, source_dir: str = "solutions",
+               book: Path | None = None) -> tuple[list[Path], list[str], list[Unit]]:
+    """(instructor notebooks, graded functions, the reference units: tfmlib, solutions, site)."""
+    notebooks = sorted((course / source_dir / assignment).glob("*.ipynb"))
+    graded = graded or graded_functions(notebooks)
+    book = book if book is not None else REPO / "book"
+    refs = tfmlib_units(graded) + solution_units(notebooks, graded) + (site_units(book) if book.is_dir() else [])
+    return notebooks, graded, refs
+
+
+def analyse(students: dict[str, dict[str, Unit]], refs: list[Unit], graded: list[str], boilerplate: list[str],
+            k: int = K, mode: str = "ast", min_tokens: int = MIN_TOKENS, threshold: float = THRESHOLD) -> Analysis:
+    """Compare every unit of ``students`` (``{student: {function: Unit}}``) with ``refs`` and with the other
+    students' units of the same function."""
+    fp = Fingerprints(boilerplate, k, mode)
+    for u in refs:
+        fp.add(u)
+    refs = [u for u in refs if u.size]
+    by_function: dict[str, list[Unit]] = {}
+    for units in students.values():
+        for name, u in units.items():
+            fp.add(u)
+            by_function.setdefault(name, []).append(u)
+    matches = {}
+    for student, units in students.items():
+        for name, u in units.items():
+            matches[(student, name)] = closest(u, refs + by_function[name], fp, min_tokens, threshold)
+    return Analysis(matches, graded, refs)
+
+
+def submission_units(student: str, folder: Path, graded: list[str]) -> dict[str, Unit]:
+    """The graded functions one submission defines (its notebooks' answer cells and cells it added)."""
+    cells = []
+    for path in sorted(folder.glob("*.ipynb")):
+        try:
+            cells += notebook_cells(path, learner_only=True)
+        except Exception:  # noqa: BLE001 - an unreadable notebook has no functions to compare
+            continue
+    try:
+        return function_units(student, "student", cells, graded)
+    except (RecursionError, MemoryError, ValueError, SyntaxError):
+        return {}
+
+
+def analyse_class(course: Path, assignment: str, students: list[str], submitted: Path,
+                  source_dir: str = "solutions") -> Analysis:
+    notebooks, graded, refs = references(course, assignment, source_dir=source_dir)
+    units = {s: submission_units(s, submitted / s / assignment, graded) for s in students}
+    return analyse(units, refs, graded, release_cells(notebooks))
+
+
+# --- output: grades.csv columns, similarity.csv, similarity.html ----------------------------------------------
+
+def summary(analysis: Analysis, student: str) -> dict[str, str]:
+    """The two grades.csv columns of one student: the closest source of their most similar graded function."""
+    ms = [m for (s, _), m in analysis.matches.items() if s == student and m.similarity is not None]
+    if not ms:
+        return {"similar_to": "", "similarity": ""}
+    best = max(ms, key=lambda m: m.similarity)
+    if best.source is None:
+        return {"similar_to": "", "similarity": f"{best.similarity:.2f}"}
+    return {"similar_to": f"{best.function} ~ {best.source.label}" + (" (flagged)" if best.flagged else ""),
+            "similarity": f"{best.similarity:.2f}"}
+
+
+def rows(analysis: Analysis) -> list[dict]:
+    out = []
+    for (student, function), m in sorted(analysis.matches.items()):
+        out.append({"student_id": student, "function": function, "tokens": m.unit.size if m.unit else 0,
+                    "similar_to": m.source.label if m.source else "",
+                    "similarity": "" if m.similarity is None else f"{m.similarity:.3f}",
+                    "also_close": "; ".join(t.label for t in m.ties),
+                    "flagged": "yes" if m.flagged else ("too short" if m.similarity is None else "no")})
+    return out
+
+
+def _highlighted(u: Unit, slices) -> str:
+    """The unit's normalised code, escaped, with the tokens the source shares marked."""
+    text = u.normalised
+    if slices is None or not u.spans or len(slices[0]) == 0:
+        return html.escape(text)
+    marks = []
+    for start, end in zip(slices[0], slices[1]):
+        start, end = int(start), min(int(end), len(u.spans))
+        if start < end:
+            marks.append((u.spans[start][1], u.spans[end - 1][2]))
+    out, pos = [], 0
+    for a, b in sorted(marks):
+        a = max(a, pos)
+        if a >= b:
+            continue
+        out += [html.escape(text[pos:a]), "<mark>", html.escape(text[a:b]), "</mark>"]
+        pos = b
+    out.append(html.escape(text[pos:]))
+    return "".join(out)
+
+
+STYLE = """body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}td,th{border:1px solid #bbb;
+padding:.2em .5em;text-align:left}.pair{display:flex;gap:1em}.pair>div{flex:1;min-width:0}
+pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:85%}mark{background:#ffe08a}
+h2{margin-top:2em;border-top:1px solid #ccc;padding-top:1em}"""
+
+
+def write_html(path: Path, assignment: str, analysis: Analysis) -> int:
+    """The flagged pairs of one assignment side by side; every text from a submission is escaped.
+    Returns the number of flagged functions."""
+    e = html.escape
+    flagged = sorted((m for m in analysis.matches.values() if m.flagged), key=lambda m: (-m.similarity, m.student))
+    total: dict[str, int] = {}
+    short: dict[str, int] = {}
+    for m in analysis.matches.values():
+        total[m.function] = total.get(m.function, 0) + 1
+        short[m.function] = short.get(m.function, 0) + (m.similarity is None)
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Similarity: {e(assignment)}</title>"
+             f"<style>{STYLE}</style></head><body><h1>Similar code in {e(assignment)}</h1>",
+             f"<p>{len(flagged)} graded function(s) of {len({m.student for m in analysis.matches.values()})} "
+             f"submission(s) share at least {THRESHOLD:.0%} of their normalised code with one source (tfmlib, "
+             "<code>solutions/</code>, the site, or another submission). This is a reason to look, not a verdict: "
+             "no score was changed. Similarity = the share of the function's tokens (names of its own variables "
+             "replaced, comments, docstrings and layout removed, the code every learner is given left out) "
+             f"found in {K}-token runs that the source also has.</p>"]
+    counted = [f"{f} ({n} of {total[f]})" for f, n in short.items() if n]
+    if counted:
+        parts.append(f"<p>Too short to attribute (fewer than {MIN_TOKENS} tokens of their own, where every correct "
+                     f"answer looks alike), never flagged: {e(', '.join(counted))}.</p>")
+    parts.append("<table><tr><th>submission</th><th>function</th><th>closest source</th><th>similarity</th>"
+                 "<th>other sources at the threshold or above</th></tr>")
+    for i, m in enumerate(flagged):
+        parts.append(f"<tr><td><a href='#p{i}'>{e(m.student)}</a></td><td>{e(m.function)}</td>"
+                     f"<td>{e(m.source.label)}</td><td>{m.similarity:.2f}</td>"
+                     f"<td>{e('; '.join(t.label for t in m.ties))}</td></tr>")
+    parts.append("</table>")
+    for i, m in enumerate(flagged):
+        parts.append(f"<h2 id='p{i}'>{e(m.student)}: {e(m.function)} ~ {e(m.source.label)} "
+                     f"({m.similarity:.0%})</h2><div class='pair'>"
+                     f"<div><h3>{e(m.student)}</h3><pre>{e(m.unit.source)}</pre>"
+                     f"<h4>normalised; shared runs marked</h4><pre>{_highlighted(m.unit, m.slices)}</pre></div>"
+                     f"<div><h3>{e(m.source.label)}</h3><pre>{e(m.source.source)}</pre>"
+                     f"<h4>normalised</h4><pre>{e(m.source.normalised)}</pre></div></div>")
+    parts.append("</body></html>")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text("\n".join(parts), encoding="utf-8")
+    os.replace(tmp, path)
+    return len(flagged)

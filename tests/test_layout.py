@@ -1,0 +1,129 @@
+"""The three packages and their one direction of dependency (README "Layout", issue 19).
+
+``tfmlib`` (the teaching library) <- ``tfmcheck`` (the checks the exercises run) <- ``tfmgrader`` (the grader).
+These tests read the source (``ast``), so they see every import, also one inside a function.
+"""
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"tfmlib": ROOT / "tfmlib", "tfmcheck": ROOT / "scripts" / "tfmcheck",
+            "tfmgrader": ROOT / "scripts" / "tfmgrader"}
+ORDER = ["tfmlib", "tfmcheck", "tfmgrader"]       # a package may import only those before it
+TEACHING_LINES = 2300
+
+
+def package_files(name):
+    return sorted(p for p in PACKAGES[name].rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def module_name(path: Path) -> str | None:
+    for name, folder in PACKAGES.items():
+        if path.is_relative_to(folder):
+            parts = [name, *path.relative_to(folder).with_suffix("").parts]
+            return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return None
+
+
+def python_sources():
+    """Every Python source of the repository: the packages, scripts, tests, the nbgrader configuration and the
+    code cells of the exercises' notebooks (as ``(label, source, module name or None)``)."""
+    files = [p for name in PACKAGES for p in package_files(name)]
+    files += sorted((ROOT / "scripts").glob("*.py")) + sorted((ROOT / "tests").rglob("*.py"))
+    files += [ROOT / "nbgrader_config.py"]
+    for path in files:
+        if "__pycache__" not in path.parts:
+            yield str(path.relative_to(ROOT)), path.read_text(), module_name(path)
+    for path in sorted((ROOT / "solutions").glob("*/*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            if cell["cell_type"] == "code":
+                source = "".join(cell["source"])
+                source = "\n".join("pass" if line.lstrip().startswith(("%", "!")) else line
+                                   for line in source.splitlines())
+                yield f"{path.relative_to(ROOT)} cell {i}", source, None
+
+
+def imports(tree):
+    """``(module imported, names imported from it or None, line)`` for every import statement."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, None, node.lineno
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module, [a.name for a in node.names], node.lineno
+
+
+def top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_the_teaching_library_is_small():
+    lines = sum(len(p.read_text().splitlines()) for p in package_files("tfmlib"))
+    assert lines < TEACHING_LINES, f"tfmlib has {lines} lines (budget {TEACHING_LINES})"
+
+
+@pytest.mark.parametrize("package", ORDER)
+def test_dependencies_point_one_way(package):
+    allowed = set(ORDER[:ORDER.index(package) + 1])
+    forbidden = set(ORDER) - allowed
+    for path in package_files(package):
+        for module, _, line in imports(ast.parse(path.read_text())):
+            assert top(module) not in forbidden, f"{path.relative_to(ROOT)}:{line} imports {module}"
+
+
+def test_no_module_uses_another_packages_private_names():
+    """``from tfmcheck.checking import _x`` or ``check._x`` outside ``tfmcheck``: a private name used across a
+    package boundary (dunder names such as ``__file__`` are public)."""
+    ours = set(PACKAGES)
+    found = []
+    for label, source, own in python_sources():
+        tree = ast.parse(source)
+        own_package = top(own) if own else None
+        bound = {}              # local name -> the module of ours it stands for
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if top(alias.name) in ours:
+                        bound[alias.asname or alias.name.split(".")[0]] = alias.asname and alias.name or top(alias.name)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and top(node.module) in ours:
+                for alias in node.names:
+                    private = alias.name.startswith("_") and not alias.name.startswith("__")
+                    if private and top(node.module) != own_package:
+                        found.append(f"{label}:{node.lineno} from {node.module} import {alias.name}")
+                    bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                base = node.value
+                if isinstance(base, ast.Name) and base.id in bound and top(bound[base.id]) != own_package:
+                    found.append(f"{label}:{node.lineno} {base.id}.{node.attr} ({bound[base.id]})")
+    assert not found, "private names used across packages:\n" + "\n".join(found)
+
+
+def test_the_grader_and_its_command_line_do_not_edit_the_import_path():
+    """Imports resolve through the installation (pyproject.toml maps the packages), never ``sys.path.insert``."""
+    files = [p for name in PACKAGES for p in package_files(name)]
+    files += [ROOT / "scripts" / "grade.py", ROOT / "nbgrader_config.py"]
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("insert", "append", "extend") and ast.unparse(node.func.value) == "sys.path":
+                pytest.fail(f"{path.relative_to(ROOT)}:{node.lineno} edits sys.path")
+
+
+def test_the_packages_are_installed_from_their_folders():
+    import importlib
+
+    for name, folder in PACKAGES.items():
+        module = importlib.import_module(name)
+        assert Path(module.__file__).resolve().parent == folder.resolve(), name
+
+
+def test_the_guide_lists_every_limit_with_its_default():
+    from tfmgrader.limits import LIMITS
+
+    guide = (ROOT / "book" / "appendix" / "grading.md").read_text()
+    for name, (default, _, _) in LIMITS.items():
+        assert f"| `{name}` | {default:,} " in guide, name
