@@ -351,7 +351,7 @@ FEEDBACK = {"03_self_attention": ["source", "no_scaling"]}
 
 
 def _run_worker(course, assignment):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "scripts"), str(REPO), os.environ.get("PYTHONPATH", "")]),
                PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     if assignment in CELL_TIMEOUT:
         env["EXERCISE_CELL_TIMEOUT"] = str(CELL_TIMEOUT[assignment])
