@@ -73,7 +73,11 @@ _tm_start, _tm_stop, _tm_is_tracing = tracemalloc.start, tracemalloc.stop, trace
 _tm_traced, _tm_reset_peak = tracemalloc.get_traced_memory, tracemalloc.reset_peak
 _is_wrapped, _unwrapped = torch._C._functorch.is_functorch_wrapped_tensor, torch._C._functorch.get_unwrapped
 
-_TFMLIB_DIR = os.path.dirname(os.path.abspath(tfmlib.__file__)) + os.sep   # the "tfmlib" shortcut group
+# The "tfmlib" shortcut group: every function of the course's code a learner could call instead of writing their
+# own: the teaching library, and this package's trusted builders (the feedback catalogue computes correct
+# attention too), except this module, which runs the learner's function.
+_THIS_FILE = os.path.abspath(__file__)
+_COURSE_DIRS = (os.path.dirname(os.path.abspath(tfmlib.__file__)) + os.sep, os.path.dirname(_THIS_FILE) + os.sep)
 
 #: Trusted reference implementations (PyTorch's own) for the hidden tests.
 ref = types.SimpleNamespace(
@@ -243,7 +247,7 @@ SHORTCUT_POLICY = {
              "torch.nn.LSTMCell")),
     "transformer": (set(), ("torch.nn.Transformer", "torch.nn.TransformerEncoder", "torch.nn.TransformerDecoder",
                             "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer")),
-    # every function defined in the teaching library, the tfmlib package
+    # every function defined in the teaching library (tfmlib) and in tfmcheck, except this module
     "tfmlib": (set(), ()),
 }
 
@@ -326,8 +330,9 @@ class forbid_shortcuts(contextlib.ContextDecorator):
                 return
             if code in self.codes:
                 label = _LABELS.get(code, code.co_name)
-            elif self.tfmlib and code.co_filename.startswith(_TFMLIB_DIR):
-                label = f"tfmlib's {code.co_name} ({os.path.basename(code.co_filename)})"
+            elif self.tfmlib and code.co_filename.startswith(_COURSE_DIRS) and code.co_filename != _THIS_FILE:
+                owner = "tfmlib" if code.co_filename.startswith(_COURSE_DIRS[0]) else "tfmcheck"
+                label = f"{owner}'s {code.co_name} ({os.path.basename(code.co_filename)})"
             elif code in _OP_CALL_CODES:
                 op = str(frame.f_locals.get("self", ""))
                 if any(n in op for n in self.names):
