@@ -20,10 +20,10 @@ book: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/jupyter-book build . --warningiserror --keep-going
 
 ## test: every test, the book build and the browser checks included.  Two test files run at a time (pytest-xdist,
-## whole files per process, so a file's module fixtures are built once): most of the suite waits on kernels,
-## nbgrader and browsers rather than computing, so two at a time shortens the run on two cores.
+## whole files per process, so a file's module fixtures are built once), the longest files first
+## (tests/conftest.py, LONGEST_FIRST), so that both cores stay busy to the end.
 test: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile --durations=40
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=40
 
 ## test-fast: the library's tests only (seconds)
 test-fast: $(STAMP)

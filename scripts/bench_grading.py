@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     print(f"{n} submissions of {len(args.assignments)} assignment(s) in {course}; {cores} cores; "
           f"load average {os.getloadavg()[0]:.1f} before the runs")
     for a in args.assignments:      # the grader's check of each solution, once, before the timed runs
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "grading" / "selfcheck.py"), "--course", str(course),
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "tfmgrader" / "selfcheck.py"), "--course", str(course),
                         "--assignment", a], env=env, check=True, capture_output=True)
     results, failed = {}, False
     for jobs in args.jobs:

@@ -50,3 +50,18 @@ def headless_chromium(window: str, timeout_s: float, profile: str, logging: bool
     driver.set_page_load_timeout(timeout_s)
     driver.set_script_timeout(timeout_s)
     return driver
+
+
+# The test files that take longest, longest first: seconds of one worker in `make test` on the course's 2-core
+# machine (pytest --durations=0, summed per file): test_grading 640, test_site 350 (the book is built), test_selfcheck
+# 270, test_exercises 180, test_grading_scale 130; the rest under 90 s each.  `make test` hands whole files to two
+# workers in collection order (pytest-xdist's --dist loadfile --no-loadscope-reorder): started first, the long
+# files run beside each other and beside the many short ones, and no worker is left with a long file at the end.
+LONGEST_FIRST = ["test_grading.py", "test_site.py", "test_selfcheck.py", "test_exercises.py", "test_hub.py",
+                 "test_grading_scale.py", "test_orphans.py", "test_forkserver.py", "test_lab.py",
+                 "test_submission_files.py", "test_memory_check.py", "test_feedback.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))     # stable: the others keep their order

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import importlib
 import re
 from dataclasses import dataclass
@@ -67,8 +68,16 @@ DANGEROUS_ATTRIBUTES = set(POLICY.refused_attributes) | FRAME_ATTRIBUTES
 DANGEROUS_PREFIXES = ("register_", "set_default")
 # Attribute names an answer may use on values: the reviewed list (allowlist.json "value_attributes").
 ALLOWED_ATTRIBUTES = set(POLICY.value_attributes) - DANGEROUS_ATTRIBUTES
-# Private attributes of the reviewed value types: never admitted, even if the answer defines one so named.
-LIBRARY_PRIVATE_ATTRIBUTES = _policy.library_private_attributes()
+
+
+@functools.cache
+def library_private_attributes() -> frozenset[str]:
+    """Private attributes of the reviewed value types: never admitted, even if the answer defines one so named.
+    Listed on first use, not at import: making the sample objects (an optimizer among them) imports
+    ``torch._dynamo``, most of a second that a grading process whose answers use no private name never pays."""
+    return frozenset(_policy.library_private_attributes())
+
+
 ALLOWED_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module", "torch.autograd.Function",
                  "torch.autograd.function.Function"}
 ALLOWED_DUNDER_DEFS = {"__init__", "__call__", "__repr__"}
@@ -549,7 +558,7 @@ class _Checker(ast.NodeVisitor):
             self.flag(node, f"uses '{shown}' ({why}: not allowed in answers)")
         elif attr in FORBIDDEN_ATTRIBUTES and attr not in self.ctx.learner_attributes:
             self.flag(node, f"uses '{shown}', a library implementation of what the exercise asks for")
-        elif attr.startswith("_") and attr in LIBRARY_PRIVATE_ATTRIBUTES:
+        elif attr.startswith("_") and attr in library_private_attributes():
             self.flag(node, f"uses '{shown}', a private attribute of tensors, modules or arrays (private parts "
                             f"of libraries are not allowed in answers; name your own attributes otherwise)")
         elif attr.startswith("_") and attr not in self.ctx.learner_attributes:
