@@ -182,3 +182,20 @@ def test_scan_flags_code_from_data(code, reason):
 ])
 def test_honest_annotations_and_helpers_pass(code):
     assert flags_for(code) == []
+
+
+def test_the_scan_lists_library_private_attributes_only_when_an_answer_uses_one():
+    """Importing the scan and scanning an honest answer import nothing heavy: the private attributes of the
+    library's value types (whose sample objects import torch._dynamo) are listed the first time an answer uses
+    a private name, and then refused as before (the case with `_typed_storage` above)."""
+    import subprocess
+    import sys
+    code = ("import sys\nfrom tfmgrader.scan import scan_cells, library_private_attributes\n"
+            "assert scan_cells({5: 'def f(x):\\n    return x.softmax(-1)'}, [], [], {'f'}) == []\n"
+            "assert 'torch._dynamo' not in sys.modules, 'imported by the scan of an honest answer'\n"
+            "assert library_private_attributes.cache_info().currsize == 0\n"
+            "flags = scan_cells({5: 'import torch\\ny = torch.zeros(1)._values()'}, [], [], set())\n"
+            "assert any('private attribute of tensors' in f.reason for f in flags), flags\n"
+            "assert '_typed_storage' in library_private_attributes()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
