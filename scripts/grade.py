@@ -1,8 +1,15 @@
 #!/usr/bin/env python
-"""Grade every submission of one assignment, safely, and write grades.csv and a report per submission.
+"""Grade every submission of one assignment (or of several), safely, and write grades.csv and a report per
+submission.
 
     python scripts/grade.py 03_self_attention [--course .] [--out grading/03_self_attention]
                             [--jobs N] [--shard I/N] [--db-url URL] [--regrade]
+    python scripts/grade.py 01_rnn_limits 02_attention ... [--out grading]    # one after the other
+
+Several assignments are graded one after the other by the same process, each as if graded alone, into
+``<out>/<assignment>`` (default ``<course>/grading/<assignment>``); the process starts once.  One that cannot
+be graded (its solution fails the self-check, it is not in the gradebook) is reported and the others are
+graded all the same; the exit status is then 1.
 
 Run from the course root (where ``nbgrader_config.py`` is), after ``nbgrader generate_assignment``
 and ``nbgrader collect`` (submissions in ``submitted/<student>/<assignment>/``).  Each submission is
@@ -36,6 +43,7 @@ does not get full marks.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -49,9 +57,10 @@ def main(argv=None) -> int:
     from sqlalchemy.exc import SAWarning
     warnings.filterwarnings("ignore", category=SAWarning)  # nbgrader's own session bookkeeping
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("assignment")
+    parser.add_argument("assignments", nargs="+", metavar="assignment")
     parser.add_argument("--course", default=".", type=Path, help="course root (default: .)")
-    parser.add_argument("--out", type=Path, help="output folder (default: <course>/grading/<assignment>)")
+    parser.add_argument("--out", type=Path, help="output folder (default: <course>/grading/<assignment>); with "
+                                                 "several assignments, the folder that holds one per assignment")
     parser.add_argument("--students", help="comma-separated student ids (default: every submission)")
     parser.add_argument("--extra-config", type=Path, help="an nbgrader config file loaded last (e.g. longer "
                                                            "timeouts for a slow machine)")
@@ -72,11 +81,29 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
-    out = args.out or args.course / "grading" / args.assignment
-    grade(args.course, args.assignment, out, args.students.split(",") if args.students else None,
-          args.extra_config, jobs=args.jobs, shard=args.shard, db_url=args.db_url, regrade=args.regrade,
-          retries=args.retries)
-    return 0
+    if len(set(args.assignments)) < len(args.assignments):
+        parser.error("an assignment is named twice")
+    several, failed = len(args.assignments) > 1, []
+    # Resolved now: grading an assignment moves into the course folder.
+    course, top = args.course.resolve(), args.out.resolve() if args.out else None
+    extra = args.extra_config.resolve() if args.extra_config else None
+    reports = os.environ.get("GRADER_REPORTS")      # else each assignment's reports go into its own folder
+    for assignment in args.assignments:
+        out = (top / assignment if several else top) if top else course / "grading" / assignment
+        if reports is None:
+            os.environ["GRADER_REPORTS"] = str(out / "reports")
+        try:
+            grade(course, assignment, out, args.students.split(",") if args.students else None,
+                  extra, jobs=args.jobs, shard=args.shard, db_url=args.db_url, regrade=args.regrade,
+                  retries=args.retries)
+        except SystemExit as stop:
+            if not several or stop.code in (None, 0):
+                raise
+            print(f"{assignment}: {stop.code}", file=sys.stderr, flush=True)
+            failed.append(assignment)
+    if failed:
+        print(f"not graded, or not completely: {', '.join(failed)} (the messages above say why)", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -281,13 +281,14 @@ def graded_class(tmp_path_factory):
     victim = course / "submitted" / "03c0-correct-plain" / "03_self_attention" / "03_self_attention.ipynb"
     victim_hash = hashlib.sha256(victim.read_bytes()).hexdigest()
     rows = {}
-    for a in ASSIGNMENTS:
-        students = [s for s, e in expected.items() if e["assignment"] == a and "sqlite" not in s]
-        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), a, "--course", str(course),
-                               "--students", ",".join(students)], env=env, capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    students = [s for s in expected if "sqlite" not in s]
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), *ASSIGNMENTS, "--course", str(course),
+                           "--students", ",".join(students)], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for a in ASSIGNMENTS:           # one process graded them one after the other, each into its own folder
         with open(course / "grading" / a / "grades.csv") as f:
             rows.update({r["student_id"]: r for r in csv.DictReader(f)})
+        assert f"of {a} graded in" in proc.stdout, a
     # The gradebook attack last, after a snapshot of every other row.
     db = course / "gradebook.db"
     snapshot = sqlite3.connect(db).execute("select * from grade order by id").fetchall()
@@ -354,6 +355,24 @@ def test_class_reports_copy_detection_and_mistakes(graded_class):
     plain = rows["03c0-correct-plain"]
     assert "solutions/03_self_attention: scaled_dot_product_attention" in plain["similar_to"]
     assert float(plain["similarity"]) >= 0.9 and float(plain["score"]) == float(plain["max_score"])
+
+
+@pytest.mark.slow
+def test_one_assignment_that_cannot_be_graded_leaves_the_others_graded(graded_class, tmp_path):
+    """grade.py with several assignments: one it cannot grade is reported, the others are graded all the same,
+    and the run ends with status 1."""
+    course = graded_class["course"]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), "no_such_assignment",
+                           "03_self_attention", "--course", str(course), "--students", "03c0-correct-plain",
+                           "--out", str(tmp_path)], env=env, capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "no_such_assignment: no notebooks in solutions/no_such_assignment" in proc.stderr, proc.stderr[-3000:]
+    assert "not graded, or not completely: no_such_assignment" in proc.stderr
+    with open(tmp_path / "03_self_attention" / "grades.csv") as f:
+        (row,) = csv.DictReader(f)
+    assert row["student_id"] == "03c0-correct-plain" and row["status"] == "graded"
+    assert (tmp_path / "03_self_attention" / "reports" / "03c0-correct-plain.json").exists()
 
 
 @pytest.mark.slow
