@@ -9,10 +9,18 @@ STAMP  := $(VENV)/.installed
 
 venv: $(STAMP)
 
+# configurable-http-proxy, JupyterHub's proxy (the class's hub: scripts/hub/, tests/test_hub.py), from npm into
+# $(VENV)/node (git-ignored with the rest of $(VENV)).  Without npm it is left out (self-study needs no hub);
+# tests/test_hub.py then skips, or fails under CI.
+PROXY_VERSION := 5.3.0
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[course,test]'
+	if command -v npm >/dev/null; then \
+	  npm install --prefix $(VENV)/node --no-audit --no-fund --loglevel=error configurable-http-proxy@$(PROXY_VERSION); \
+	else echo "make: no npm, so no JupyterHub proxy in $(VENV)/node (only the class's hub needs it)"; fi
 	touch $(STAMP)
 
 ## book: execute the chapters (cached) and build the static site into _build/html

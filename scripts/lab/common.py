@@ -13,10 +13,13 @@ from course_lab import ChapterKeepingContentsManager  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def configure(c, instructor: bool):
-    """Apply the shared settings; ``instructor`` turns on nbgrader's Formgrader and exchange tools."""
+def configure(c, instructor: bool, hub: bool = False):
+    """Apply the shared settings; ``instructor`` turns on nbgrader's Formgrader and exchange tools.  ``hub``:
+    a user's server on the class's JupyterHub (scripts/hub/), which serves the folder the hub chose (the
+    instructor's course root, a student's home) and gives students the Assignment List of the exchange."""
     # One JupyterLab on the whole repository: chapters (book/*.md) and exercises (notebooks/) side by side.
-    c.ServerApp.root_dir = REPO
+    if not hub:
+        c.ServerApp.root_dir = REPO
     # Defaults for the document manager (scripts/lab/settings/overrides.json): Markdown files -- the
     # chapters are MyST notebooks -- open as Jupytext notebooks on a double click.  A learner can still
     # change this in Settings; their choice is kept in ~/.jupyter/lab/user-settings.
@@ -33,6 +36,6 @@ def configure(c, instructor: bool):
         "course_lab": True,
         "nbgrader.server_extensions.validate_assignment": False,
         "nbgrader.server_extensions.formgrader": instructor,
-        "nbgrader.server_extensions.assignment_list": instructor,
+        "nbgrader.server_extensions.assignment_list": instructor or hub,
         "nbgrader.server_extensions.course_list": instructor,
     }

@@ -1,0 +1,450 @@
+"""A graded class on a real JupyterHub (issue 21), started by the tests: scripts/hub/jupyterhub_config.py with its
+proxy (configurable-http-proxy from npm), Unix accounts for one instructor and the students (PAM logins),
+nbgrader's exchange in a shared folder, and each role's nbgrader tools (tests/hub_class.py builds all of it).
+
+The browser test drives the real web UI in headless Chromium: the instructor generates and releases
+03_self_attention in Formgrader; three students log in, fetch it from Assignment List, write an answer
+(correct, wrong, hostile), Validate and submit; the instructor collects and autogrades in Formgrader (the
+course's hardened pipeline: the hostile one is flagged and scores less than full) and releases feedback; each
+student fetches the feedback and reads it, the named mistake included.  A screenshot of each step goes to
+artifacts/hub/ (git-ignored).
+
+The second test plays failure and load through the hub's REST API and each user's own server API (their
+tokens): ten students submit at the same moment, the hub is restarted in the middle of the class, one student
+submits twice, one after the deadline; every submission is collected and graded, the later one of the two
+counts, and the late one is marked late.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shutil
+import sqlite3
+import tempfile
+import threading
+import time
+import urllib.error
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from hub_class import ASSIGNMENT, INSTRUCTOR, PROXY, REPO, Hub
+from test_grading import require_bwrap
+from test_lab import ACTIVE, Lab, require_browser
+
+OUT = REPO / "artifacts" / "hub"
+WAIT_S = 180
+COURSE_ID = "transformers-from-scratch"
+STUDENTS = {"tfmhub_student1": "correct", "tfmhub_student2": "wrong", "tfmhub_student3": "hostile"}
+LOAD = [f"tfmhub_load{i:02d}" for i in range(1, 11)]
+TWICE, LATE = LOAD[0], LOAD[-1]
+NAMED_MISTAKE = "Your scores are not divided by √d_k."
+# Student-facing text that would mean an instructor's tool leaked into a student's JupyterLab.
+INSTRUCTOR_UI = ("Formgrader", "Create Assignment", "Course List", "Manage Assignments")
+
+
+def require_hub_tools() -> None:
+    """Root (the hub makes Unix accounts and starts servers as them), bubblewrap, the browser and the proxy."""
+    require_bwrap()
+    require_browser()
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("root (the hub creates Unix accounts and runs as root)")
+    if not PROXY.exists():
+        missing.append(f"configurable-http-proxy at {PROXY} (`make venv` installs it from npm)")
+    if missing:
+        reason = "the JupyterHub tests need " + "; ".join(missing)
+        if os.environ.get("CI"):
+            pytest.fail(reason + " — CI is set, so this is a failure, not a skip")
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def hub():
+    require_hub_tools()
+    h = Hub(list(STUDENTS) + LOAD)
+    try:
+        h.start()
+        yield h
+    finally:
+        h.close()
+        shutil.rmtree(h.base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def browser(hub):
+    from conftest import headless_chromium
+    profile = tempfile.mkdtemp(prefix="tfmhub-chromium-")
+    driver = headless_chromium("1400,950", WAIT_S, profile)
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The answers the students write
+# --------------------------------------------------------------------------------------------------------------
+def solution_answers() -> dict[int, str]:
+    """The solution of each answer cell (by code-cell index), as a student would type it (markers removed)."""
+    nb = nbformat.read(REPO / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    return {i: re.sub(r" *### (BEGIN|END) SOLUTION\n?", "", c.source) for i, c in enumerate(code)
+            if c.metadata.get("nbgrader", {}).get("solution")}
+
+
+def answers_of(kind: str) -> dict[int, str]:
+    """correct: the solutions; wrong: the attention scores not divided by √d_k (the named mistake); hostile: the
+    same wrong answer with the comparisons of the checks rebound to always succeed (the scan must flag it)."""
+    answers = solution_answers()
+    if kind == "correct":
+        return answers
+    first = min(answers)
+    assert "/ math.sqrt(d_k)" in answers[first]
+    answers[first] = answers[first].replace("/ math.sqrt(d_k)", "")
+    if kind == "hostile":
+        attack = (REPO / "tests" / "fixtures" / "attacks" / "rebind-allclose.ipy").read_text()
+        answers[first] = answers[first] + "\n\n" + attack
+    return answers
+
+
+def answered_notebook(nb, kind: str):
+    """The fetched notebook ``nb`` with the answers of ``kind`` in its answer cells."""
+    nb = copy.deepcopy(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for i, src in answers_of(kind).items():
+        code[i].source = src
+    return nb
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Driving the hub's pages, JupyterLab's Assignment List and Formgrader
+# --------------------------------------------------------------------------------------------------------------
+class HubUI(Lab):
+    """test_lab's JupyterLab driver (editing cells, Validate, dialogs) on the hub, with screenshots in OUT."""
+
+    def __init__(self, driver, hub):
+        self.d, self.hub, self.step, self.user = driver, hub, 0, None
+        OUT.mkdir(parents=True, exist_ok=True)
+        for old in OUT.glob("*.png"):
+            old.unlink()
+
+    def shot(self, name):
+        self.step += 1
+        path = OUT / f"{self.step:02d}_{(self.user or 'hub').removeprefix('tfmhub_')}_{name}.png"
+        self.d.save_screenshot(str(path))
+        return path
+
+    def text(self) -> str:
+        return self.js("return document.body ? document.body.innerText : '';") or ""
+
+    def login(self, user: str) -> None:
+        """Log out whoever is logged in, log in as ``user`` on the hub's login page, and wait for JupyterLab."""
+        from selenium.webdriver.common.by import By
+        self.d.get(f"{self.hub.url}/hub/logout")
+        self.user = user
+        self.d.get(f"{self.hub.url}/hub/login")
+        self.wait(lambda: self.d.find_elements(By.ID, "username_input"), "the hub's login page")
+        self.d.find_element(By.ID, "username_input").send_keys(user)
+        self.d.find_element(By.ID, "password_input").send_keys(self.hub.passwords[user])
+        self.shot("login")
+        self.d.find_element(By.ID, "login_submit").click()
+        self.wait(lambda: f"/user/{user}/lab" in self.d.current_url and self.js(
+            "return !!document.querySelector('.lm-MenuBar-itemLabel');"), f"{user}'s JupyterLab", timeout=WAIT_S)
+        self.wait(lambda: "Nbgrader" in self.menus(), "nbgrader's menu")
+
+    def menus(self) -> list[str]:
+        return self.js("return [...document.querySelectorAll('.lm-MenuBar-itemLabel')].map(e => e.textContent);")
+
+    def open(self, path, code_cells):
+        self.d.get(f"{self.hub.url}/user/{self.user}/lab/tree/{path}")
+        self.wait(lambda: self.js(ACTIVE + "return p && p.querySelectorAll('.jp-CodeCell').length;") == code_cells,
+                  f"{path} to open as a notebook with its {code_cells} code cells")
+        self.wait(lambda: self.kernel_idle(), "the kernel to start")
+
+    # --- Assignment List (a student's JupyterLab) ---------------------------------------------------------------
+    def assignment_list(self) -> None:
+        """Nbgrader > Assignment List, and wait for its lists to load."""
+        self.menu("Nbgrader", "Assignment List")
+        self.wait(lambda: self.js("return !!document.getElementById('released_assignments_list');"),
+                  "the Assignment List")
+        self.wait(lambda: not self.js(
+            "return [...document.querySelectorAll('[id$=_assignments_list_loading]')].some(e => e.offsetParent);"),
+            "the Assignment List to load")
+
+    def list_button(self, section: str, label: str):
+        """The button labelled ``label`` in the row of ASSIGNMENT in one list of Assignment List (released,
+        fetched or submitted)."""
+        from selenium.webdriver.common.by import By
+        xpath = (f"//*[@id='{section}_assignments_list']//*[contains(@class,'list_item') and "
+                 f".//*[contains(text(),'{ASSIGNMENT}')]]//button[normalize-space(text())='{label}']")
+        return self.wait(lambda: [b for b in self.d.find_elements(By.XPATH, xpath) if b.is_displayed()],
+                         f"the {label} button of {ASSIGNMENT} in the {section} assignments")[0]
+
+    def section_text(self, section: str) -> str:
+        return self.js(f"const e = document.getElementById('{section}_assignments_list'); return e ? e.innerText : '';")
+
+    # --- Formgrader (the instructor's JupyterLab) ---------------------------------------------------------------
+    def formgrader(self, page: str = "manage_assignments") -> None:
+        self.d.get(f"{self.hub.url}/user/{INSTRUCTOR}/formgrader/{page}")
+        self.wait(lambda: self.js("return !!document.querySelector('#main-table tr td');"), f"Formgrader's {page}")
+
+    def formgrader_action(self, row: str, column: str, success: str, timeout: float = WAIT_S) -> str:
+        """Press the link in ``column`` of the Formgrader table row whose first cell is ``row``; wait for the
+        result dialog, check it says ``success`` and close it.  Returns the dialog's text."""
+        from selenium.webdriver.common.by import By
+        xpath = f"//tbody[@id='main-table']/tr[td[normalize-space(.)='{row}']]/td[contains(@class,'{column}')]//a"
+        self.wait(lambda: self.d.find_elements(By.XPATH, xpath), f"Formgrader's {column} link for {row}")[0].click()
+        modal = self.wait(lambda: self.js(
+            "const m = document.querySelector('#success-modal, #error-modal'); return m && m.innerText;"),
+            f"the result of {column} for {row}", timeout=timeout)
+        self.shot(f"{column}_{row}".replace("tfmhub_", ""))
+        assert success in modal, modal[:3000]
+        self.wait(lambda: self.click(By.CSS_SELECTOR, "#success-modal .modal-footer button"), "the dialog's OK button")
+        self.wait(lambda: not self.js("return !!document.querySelector('#success-modal');"), "the dialog to close")
+        self.wait(lambda: self.js("return !!document.querySelector('#main-table tr td');"), "the table to reload")
+        return modal
+
+    def click(self, by, selector) -> bool:
+        """Click the element if it can be clicked now (a dialog still fading in cannot); whether it was."""
+        from selenium.common.exceptions import ElementNotInteractableException, NoSuchElementException
+        try:
+            self.d.find_element(by, selector).click()
+            return True
+        except (ElementNotInteractableException, NoSuchElementException):
+            return False
+
+    def row_text(self, row: str) -> str:
+        return self.js("return [...document.querySelectorAll('#main-table tr')].map(r => r.innerText)"
+                       ".find(t => t.trim().startsWith(arguments[0])) || '';", row)
+
+
+def notebook_code_cells(path: Path) -> int:
+    return len([c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"])
+
+
+def gradebook_rows(hub: Hub) -> dict[str, dict]:
+    """Each student's submission of ASSIGNMENT in the class's gradebook, through nbgrader's own API: score, max
+    score, and how many seconds after the due date it was submitted."""
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{hub.course / 'gradebook.db'}") as gb:
+        return {s.student_id: {"score": s.score, "max_score": s.max_score, "late_s": s.total_seconds_late}
+                for s in gb.assignment_submissions(ASSIGNMENT)}
+
+
+def report_flags(hub: Hub, student: str) -> list[str]:
+    """What the hardened grader's report on ``student`` flags (the scan's findings, forged results, ...)."""
+    path = hub.course / "grading" / "reports" / ASSIGNMENT / f"{student}.json"
+    report = json.loads(path.read_text()) if path.exists() else {}
+    return [f for nb in report.values() if isinstance(nb, dict)
+            for f in nb.get("forged", []) + nb.get("flags", []) + nb.get("attempts", []) + nb.get("verification", [])]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The class, in the browser
+# --------------------------------------------------------------------------------------------------------------
+@pytest.mark.browser
+@pytest.mark.slow
+def test_class_on_the_hub_in_the_browser(hub, browser):
+    ui = HubUI(browser, hub)
+    release = REPO / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+
+    # The instructor generates the students' version and releases it to the exchange, in Formgrader.
+    ui.login(INSTRUCTOR)
+    ui.shot("jupyterlab")
+    ui.formgrader()
+    ui.shot("formgrader")
+    ui.formgrader_action(ASSIGNMENT, "assign", "Successfully created the student version")
+    ui.formgrader_action(ASSIGNMENT, "release", "Successfully released")
+    assert "released" in ui.row_text(ASSIGNMENT), ui.row_text(ASSIGNMENT)
+    assert (hub.exchange / COURSE_ID / "outbound" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").exists()
+
+    # Each student fetches it, answers, validates and submits, in their own JupyterLab.
+    validated = {}
+    for student, kind in STUDENTS.items():
+        ui.login(student)
+        assert "Nbgrader" in ui.menus()
+        ui.assignment_list()
+        ui.list_button("released", "Fetch").click()
+        ui.list_button("fetched", "Submit")
+        ui.shot("fetched")
+        text = ui.text()
+        assert not [w for w in INSTRUCTOR_UI if w in text], text[:2000]
+        fetched = Path(f"/home/{student}") / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+        assert fetched.stat().st_uid == __import__("pwd").getpwnam(student).pw_uid
+
+        ui.open(f"{ASSIGNMENT}/{ASSIGNMENT}.ipynb", notebook_code_cells(release))
+        for index, code in answers_of(kind).items():
+            ui.set_code(index, code)
+        ui.shot(f"answered_{kind}")
+        validated[student] = ui.validate(f"validated_{kind}")
+        ui.close_dialog()
+        ui.wait(lambda: not ui.dirty(), "the notebook to be saved")
+        ui.assignment_list()
+        ui.list_button("fetched", "Submit").click()
+        ui.wait(lambda: ASSIGNMENT in ui.section_text("submitted"), "the submission to be listed")
+        ui.shot("submitted")
+    assert "Success! Your notebook passes all the tests." in validated["tfmhub_student1"], validated
+    assert NAMED_MISTAKE in validated["tfmhub_student2"], validated["tfmhub_student2"]
+    # a student cannot list the others' submissions in the exchange
+    inbound = hub.exchange / COURSE_ID / "inbound"
+    assert oct(inbound.stat().st_mode & 0o777) == "0o733", oct(inbound.stat().st_mode)
+
+    # The instructor collects and autogrades (the hardened pipeline), then releases the feedback.
+    ui.login(INSTRUCTOR)
+    ui.formgrader()
+    ui.formgrader_action(ASSIGNMENT, "collect", "Successfully collected submissions")
+    for student in STUDENTS:
+        assert (hub.course / "submitted" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").exists()
+    ui.formgrader(f"manage_submissions/{ASSIGNMENT}")
+    ui.shot("submissions")
+    for student in STUDENTS:
+        ui.formgrader_action(student, "autograde", "Successfully autograded", timeout=600)
+    ui.formgrader(f"manage_submissions/{ASSIGNMENT}")
+    ui.shot("autograded")
+    grades = gradebook_rows(hub)
+    correct, wrong, hostile = (grades[s] for s in STUDENTS)
+    assert correct["score"] == correct["max_score"] > 0, grades
+    assert wrong["score"] < wrong["max_score"], grades
+    assert hostile["score"] < hostile["max_score"], grades
+    assert report_flags(hub, "tfmhub_student3"), "the hostile submission must be flagged by the hardened grader"
+    assert not report_flags(hub, "tfmhub_student1") and not report_flags(hub, "tfmhub_student2")
+    ui.formgrader()
+    ui.formgrader_action(ASSIGNMENT, "generate-feedback", "Successfully generated feedback of")
+    ui.formgrader_action(ASSIGNMENT, "release-feedback", "Successfully released feedback of")
+
+    # Each student fetches the feedback and reads it.
+    for student, kind in STUDENTS.items():
+        ui.login(student)
+        ui.assignment_list()
+        ui.list_button("submitted", "Fetch Feedback").click()
+        ui.wait(lambda: list((Path(f"/home/{student}") / ASSIGNMENT / "feedback").rglob("*.html")), "the feedback")
+        ui.shot("feedback_fetched")
+        html = next((Path(f"/home/{student}") / ASSIGNMENT / "feedback").rglob("*.html"))
+        rel = html.relative_to(Path(f"/home/{student}"))
+        ui.d.get(f"{hub.url}/user/{student}/files/{rel}")
+        ui.wait(lambda: "Score" in ui.text() or "score" in ui.text(), "the feedback page")
+        page = ui.text()
+        if kind != "correct":
+            ui.js("const e = [...document.querySelectorAll('pre, .output_error, .output_stdout')]"
+                  ".find(e => e.innerText.includes(arguments[0])); if (e) e.scrollIntoView();", NAMED_MISTAKE)
+        ui.shot(f"feedback_{kind}")
+        grade = grades[student]
+        assert re.search(rf"Score:\s*{grade['score']:g}(\.0+)?\s*/\s*{grade['max_score']:g}(\.0+)?", page), page[:1500]
+        if kind == "wrong":
+            assert NAMED_MISTAKE in page, page[:5000]
+
+    log = hub.log()
+    assert "Traceback" not in log, log[-5000:]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Failure and load, through the APIs
+# --------------------------------------------------------------------------------------------------------------
+def user_api(hub: Hub, user: str, token: str, method: str, path: str, body=None, timeout: float = 300):
+    """Call ``user``'s own server (its Jupyter server, nbgrader's handlers) with ``user``'s token."""
+    return hub.request(method, f"/user/{user}/{path}", body, token, timeout=timeout)
+
+
+def formgrader_api(hub: Hub, token: str, method: str, path: str, body=None, timeout: float = 900):
+    return user_api(hub, INSTRUCTOR, token, method, f"formgrader/api/{path}", body, timeout)
+
+
+def submit(hub: Hub, user: str, token: str) -> dict:
+    return user_api(hub, user, token, "POST", "assignments/submit", {"course_id": COURSE_ID, "assignment_id": ASSIGNMENT})
+
+
+def write_answers(hub: Hub, user: str, token: str, kind: str) -> None:
+    """Save the fetched notebook with the answers of ``kind``, through the server's contents API."""
+    path = f"api/contents/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"
+    nb = nbformat.from_dict(user_api(hub, user, token, "GET", path)["content"])
+    user_api(hub, user, token, "PUT", path, {"type": "notebook", "format": "json",
+                                              "content": answered_notebook(nb, kind)})
+
+
+def in_parallel(fn, items) -> dict:
+    """Run ``fn(item)`` for every item at the same moment (a barrier releases them together); {item: result}."""
+    results, barrier = {}, threading.Barrier(len(items))
+
+    def run(item):
+        barrier.wait()
+        try:
+            results[item] = fn(item)
+        except Exception as e:  # noqa: BLE001 -- reported by the caller's assertion
+            results[item] = e
+    threads = [threading.Thread(target=run, args=(i,)) for i in items]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+@pytest.mark.slow
+def test_class_survives_load_restarts_resubmissions_and_deadlines(hub):
+    instructor = hub.user_token(INSTRUCTOR)
+    hub.start_server(INSTRUCTOR)
+    status = formgrader_api(hub, instructor, "GET", f"assignment/{ASSIGNMENT}")
+    if status.get("status") != "released":      # the browser test released it already, when it ran first
+        assert formgrader_api(hub, instructor, "POST", f"assignment/{ASSIGNMENT}/assign")["success"]
+        assert formgrader_api(hub, instructor, "POST", f"assignment/{ASSIGNMENT}/release")["success"]
+
+    # Ten students start their servers together (the hub spawns them at once), fetch, and answer.
+    started = time.monotonic()
+    errors = {u: e for u, e in in_parallel(hub.start_server, LOAD).items() if e is not None}
+    assert not errors, errors
+    spawn_s = time.monotonic() - started
+    tokens = {u: hub.user_token(u) for u in LOAD}
+    for user in LOAD:
+        user_api(hub, user, tokens[user], "POST", "assignments/fetch", {"course_id": COURSE_ID, "assignment_id": ASSIGNMENT})
+        write_answers(hub, user, tokens[user], "wrong" if user == TWICE else "correct")
+
+    # All ten submit at the same moment.
+    results = in_parallel(lambda u: submit(hub, u, tokens[u]), LOAD)
+    failed = {u: r for u, r in results.items() if isinstance(r, Exception) or (isinstance(r, dict) and r.get("success") is False)}
+    assert not failed, failed
+    inbound = hub.exchange / COURSE_ID / "inbound"
+    first_round = {p.name for p in inbound.iterdir()}
+    assert {n.split("+")[0] for n in first_round} >= set(LOAD), first_round
+
+    # The hub restarts in the middle of the class: nothing submitted is lost, and everyone's server is still
+    # there, reached through the new hub and proxy with the same tokens.
+    hub.stop()
+    hub.start()
+    for user in LOAD:
+        assert hub.api("GET", f"/users/{user}")["servers"][""]["ready"], user
+    assert first_round <= {p.name for p in inbound.iterdir()}
+
+    # One student corrects the answer and submits again (after the restart): the later submission counts.
+    write_answers(hub, TWICE, tokens[TWICE], "correct")
+    assert submit(hub, TWICE, tokens[TWICE]).get("success", True)
+
+    # The instructor sets the deadline to now; one student submits again after it: that submission is late.
+    due = datetime.now(timezone.utc).replace(microsecond=0)
+    formgrader_api(hub, instructor, "PUT", f"assignment/{ASSIGNMENT}",
+                   {"duedate_notimezone": due.strftime("%Y-%m-%dT%H:%M:%S"), "duedate_timezone": "+0000"})
+    time.sleep(2)
+    assert submit(hub, LATE, tokens[LATE]).get("success", True)
+
+    # Collect and autograde everyone (the hardened pipeline, in the instructor's server).
+    collected = formgrader_api(hub, instructor, "POST", f"assignment/{ASSIGNMENT}/collect")
+    assert collected["success"], collected
+    started = time.monotonic()
+    graded = {}
+    for user in LOAD:
+        graded[user] = formgrader_api(hub, instructor, "POST", f"submission/{ASSIGNMENT}/{user}/autograde")
+    grade_s = time.monotonic() - started
+    assert all(r["success"] for r in graded.values()), {u: r.get("error", "")[-2000:] for u, r in graded.items()}
+    grades = gradebook_rows(hub)
+    print(f"ten servers started in {spawn_s:.1f} s; ten submissions autograded in {grade_s:.1f} s")
+    for user in LOAD:
+        assert grades[user]["score"] == grades[user]["max_score"] > 0, (user, grades.get(user))
+    # the wrong first submission scored full marks above only if the later one was graded; and it is the later
+    stamps = sorted((p / "timestamp.txt").read_text().strip() for p in inbound.iterdir() if p.name.startswith(TWICE + "+"))
+    assert len(stamps) == 2, stamps
+    assert (hub.course / "submitted" / TWICE / ASSIGNMENT / "timestamp.txt").read_text().strip() == stamps[-1]
+    assert grades[LATE]["late_s"] > 0, grades
+    assert all(grades[u]["late_s"] == 0 for u in LOAD if u != LATE), grades
