@@ -61,6 +61,14 @@ def ensure_group(name: str) -> None:
         subprocess.run(["groupadd", name], check=True)
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
 class Hub:
     """The hub of one test run: its folders, accounts and process, and calls to its REST API."""
 
@@ -134,20 +142,30 @@ class Hub:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
 
+    def server_pids(self) -> list[int]:
+        """The process id of every user's running server, from the hub's record of its spawners' state."""
+        users = self.api("GET", "/users?include_stopped_servers=false")
+        return [server["state"]["pid"] for u in users for server in u["servers"].values()
+                if server.get("state", {}).get("pid")]
+
     def close(self) -> None:
-        """Stop every user's server through the hub, then the hub; then any process left under the run's accounts."""
+        """Stop the hub, then every user's server it had started (each is the process group of its own session:
+        bubblewrap's monitor and the server), by the process ids the hub recorded: TERM, then KILL."""
+        pids = []
         try:
             if self.proc is not None and self.proc.poll() is None:
-                for user in self.api("GET", "/users"):
-                    if user["servers"]:
-                        self.api("DELETE", f"/users/{user['name']}/server")
-                deadline = time.monotonic() + 60
-                while any(u["servers"] for u in self.api("GET", "/users")) and time.monotonic() < deadline:
-                    time.sleep(0.5)
+                pids = self.server_pids()
         finally:
             self.stop()
-            for name in self.passwords:
-                subprocess.run(["pkill", "-KILL", "-u", name], check=False)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.killpg(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + 5    # (a dead server's group may linger as zombies until init reaps them)
+            while sig == signal.SIGTERM and time.monotonic() < deadline and any(_group_alive(p) for p in pids):
+                time.sleep(0.3)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

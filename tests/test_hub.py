@@ -398,9 +398,12 @@ def test_class_survives_load_restarts_resubmissions_and_deadlines(hub):
     assert not errors, errors
     spawn_s = time.monotonic() - started
     tokens = {u: hub.user_token(u) for u in LOAD}
-    for user in LOAD:
+
+    def fetch_and_answer(user):
         user_api(hub, user, tokens[user], "POST", "assignments/fetch", {"course_id": COURSE_ID, "assignment_id": ASSIGNMENT})
         write_answers(hub, user, tokens[user], "wrong" if user == TWICE else "correct")
+    errors = {u: e for u, e in in_parallel(fetch_and_answer, LOAD).items() if e is not None}
+    assert not errors, errors
 
     # All ten submit at the same moment.
     results = in_parallel(lambda u: submit(hub, u, tokens[u]), LOAD)
@@ -423,10 +426,11 @@ def test_class_survives_load_restarts_resubmissions_and_deadlines(hub):
     assert submit(hub, TWICE, tokens[TWICE]).get("success", True)
 
     # The instructor sets the deadline to now; one student submits again after it: that submission is late.
-    due = datetime.now(timezone.utc).replace(microsecond=0)
+    # (Formgrader's due dates are whole seconds: the next one, after every submission so far.)
+    due = (datetime.now(timezone.utc) + timedelta(seconds=1)).replace(microsecond=0)
     formgrader_api(hub, instructor, "PUT", f"assignment/{ASSIGNMENT}",
                    {"duedate_notimezone": due.strftime("%Y-%m-%dT%H:%M:%S"), "duedate_timezone": "+0000"})
-    time.sleep(2)
+    time.sleep(max(0.0, (due - datetime.now(timezone.utc)).total_seconds()) + 1)
     assert submit(hub, LATE, tokens[LATE]).get("success", True)
 
     # Collect and autograde everyone (the hardened pipeline, in the instructor's server).
