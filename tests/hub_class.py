@@ -23,7 +23,8 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PROXY = REPO / ".venv" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
+# `make venv` installs the proxy from npm into the venv's node/ folder (the Makefile's PROXY_VERSION)
+PROXY = Path(sys.prefix) / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
 PREFIX = "tfmhub_"
 GROUP = "tfmhub_class"
 INSTRUCTOR = "tfmhub_instructor"

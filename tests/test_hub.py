@@ -156,6 +156,15 @@ class HubUI(Lab):
             "return !!document.querySelector('.lm-MenuBar-itemLabel');"), f"{user}'s JupyterLab", timeout=WAIT_S)
         self.wait(lambda: "Nbgrader" in self.menus(), "nbgrader's menu")
 
+    def menu_items(self, top: str) -> list[str]:
+        """Open the menu ``top`` and read its items (the visible ones); the next page load closes it."""
+        from selenium.webdriver.common.by import By
+        self.d.find_element(By.XPATH, f"//div[contains(@class,'lm-MenuBar-itemLabel') and text()='{top}']").click()
+        items = self.wait(lambda: self.js("return [...document.querySelectorAll('.lm-Menu-itemLabel')]"
+                                          ".filter(e => e.offsetParent).map(e => e.textContent);"), f"the {top} menu")
+        self.shot(f"menu_{top.lower()}")
+        return items
+
     def menus(self) -> list[str]:
         return self.js("return [...document.querySelectorAll('.lm-MenuBar-itemLabel')].map(e => e.textContent);")
 
@@ -255,6 +264,7 @@ def test_class_on_the_hub_in_the_browser(hub, browser):
     # The instructor generates the students' version and releases it to the exchange, in Formgrader.
     ui.login(INSTRUCTOR)
     ui.shot("jupyterlab")
+    assert {"Formgrader", "Assignment List"} <= set(ui.menu_items("Nbgrader"))
     ui.formgrader()
     ui.shot("formgrader")
     ui.formgrader_action(ASSIGNMENT, "assign", "Successfully created the student version")
@@ -266,7 +276,13 @@ def test_class_on_the_hub_in_the_browser(hub, browser):
     validated = {}
     for student, kind in STUDENTS.items():
         ui.login(student)
-        assert "Nbgrader" in ui.menus()
+        # the student's tools: Assignment List and Validate; no Formgrader, in the menu or on the server
+        assert ui.menu_items("Nbgrader") == ["Assignment List"]
+        ui.d.get(f"{hub.url}/user/{student}/formgrader")
+        ui.wait(lambda: "404" in ui.text(), "the student's server to answer 404 for Formgrader")
+        ui.shot("no_formgrader")
+        ui.d.get(f"{hub.url}/user/{student}/lab")
+        ui.wait(lambda: "Nbgrader" in ui.menus(), "JupyterLab again")
         ui.assignment_list()
         ui.list_button("released", "Fetch").click()
         ui.list_button("fetched", "Submit")
@@ -452,3 +468,61 @@ def test_class_survives_load_restarts_resubmissions_and_deadlines(hub):
     assert (hub.course / "submitted" / TWICE / ASSIGNMENT / "timestamp.txt").read_text().strip() == stamps[-1]
     assert grades[LATE]["late_s"] > 0, grades
     assert all(grades[u]["late_s"] == 0 for u in LOAD if u != LATE), grades
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Fast checks of the hub's configuration (no hub, no browser)
+# --------------------------------------------------------------------------------------------------------------
+def _load(*parts):
+    from traitlets.config.loader import PyFileConfigLoader
+    path = REPO / "scripts" / "hub" / Path(*parts)
+    return PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
+
+
+def test_each_role_gets_its_own_nbgrader_tools(monkeypatch):
+    student = _load("student", "jupyter_server_config.py").ServerApp
+    instructor = _load("instructor", "jupyter_server_config.py").ServerApp
+    ext = "nbgrader.server_extensions."
+    assert student.jpserver_extensions[ext + "assignment_list"] and student.jpserver_extensions["course_lab"]
+    assert not student.jpserver_extensions[ext + "formgrader"] and not student.jpserver_extensions[ext + "course_list"]
+    assert instructor.jpserver_extensions[ext + "formgrader"] and instructor.jpserver_extensions[ext + "assignment_list"]
+    assert "root_dir" not in student and "root_dir" not in instructor, "the hub chooses each server's folder"
+    page = json.loads((REPO / "scripts" / "hub" / "student" / "labconfig" / "page_config.json").read_text())
+    disabled = {k for k, v in page["disabledExtensions"].items() if v}
+    assert disabled == {f"@jupyter/nbgrader:{p}" for p in ("formgrader", "create-assignment", "course-list")}
+    assert not (REPO / "scripts" / "hub" / "instructor" / "labconfig").exists()
+    # both roles reach the class's exchange; a student's Validate runs with the course's own settings
+    monkeypatch.delenv("TFMHUB_EXCHANGE", raising=False)
+    nbg = _load("student", "nbgrader_config.py")
+    assert nbg.Exchange.root == "/srv/nbgrader/exchange" == _load("instructor", "nbgrader_config.py").Exchange.root
+    assert nbg.CourseDirectory.course_id == COURSE_ID and nbg.Execute.timeout == 60
+
+
+def test_the_hub_configuration_pins_and_defaults(monkeypatch):
+    for name in [k for k in os.environ if k.startswith("TFMHUB_")]:
+        monkeypatch.delenv(name)
+    cfg = _load("jupyterhub_config.py")
+    assert cfg.JupyterHub.bind_url == "http://127.0.0.1:8000" and cfg.JupyterHub.cleanup_servers is False
+    assert cfg.JupyterHub.spawner_class.__name__ == "CourseSpawner"
+    assert cfg.CourseSpawner.instructors == {"instructor"} == cfg.Authenticator.admin_users
+    assert cfg.PAMAuthenticator.allowed_groups == {"students"}
+    assert cfg.CourseSpawner.course_root == "/srv/nbgrader/course"
+    assert "services" not in cfg.JupyterHub, "no admin token unless TFMHUB_ADMIN_TOKEN is set"
+    assert '"jupyterhub==6.1.1"' in (REPO / "pyproject.toml").read_text()
+    assert "PROXY_VERSION := 5.3.0" in (REPO / "Makefile").read_text()
+
+
+def test_the_spawner_views_python_only_when_others_cannot_read_it(tmp_path):
+    import sys
+    sys.path.insert(0, str(REPO / "scripts" / "hub"))
+    from course_spawner import python_view, readable_by_everyone
+    private = tmp_path / "private" / "python"
+    private.mkdir(parents=True)
+    os.chmod(tmp_path / "private", 0o700)
+    assert not readable_by_everyone(str(private))
+    os.chmod(tmp_path / "private", 0o755)
+    assert readable_by_everyone(str(private)) == readable_by_everyone(str(tmp_path))
+    view = python_view("/root/.pyenv/versions/3.11.7")
+    assert view[:5] == ["--dev-bind", "/", "/", "--tmpfs", "/root"]
+    assert view[-3:] == ["--ro-bind", "/root/.pyenv/versions/3.11.7", "/root/.pyenv/versions/3.11.7"]
+    assert "/root/.pyenv" in view and "/root/.pyenv/versions" in view

@@ -1,6 +1,6 @@
 # The class's JupyterHub on one machine (book/appendix/instructors.md, "Run a class on your own JupyterHub"):
 #
-#   sudo TFMHUB_DIR=/srv/tfmhub .venv/bin/jupyterhub -f scripts/hub/jupyterhub_config.py
+#   cd /srv/tfmhub && sudo .venv/bin/jupyterhub -f scripts/hub/jupyterhub_config.py   (paths: the checkout's)
 #
 # Users log in with their Unix account and password (PAM).  The instructors (TFMHUB_INSTRUCTORS, admins of the
 # hub) get a server in the course root with Formgrader; the members of the Unix group TFMHUB_GROUP (the
@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 from course_spawner import CourseSpawner  # noqa: E402
 
@@ -26,8 +25,8 @@ c = get_config()  # noqa: F821
 c.JupyterHub.bind_url = f"http://{env('TFMHUB_IP', '127.0.0.1')}:{env('TFMHUB_PORT', '8000')}"
 c.JupyterHub.hub_bind_url = f"http://127.0.0.1:{env('TFMHUB_HUB_PORT', '8081')}"
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{env('TFMHUB_PROXY_API_PORT', '8001')}"
-# configurable-http-proxy, pinned: `make venv` installs it from npm into .venv/node.
-proxy = REPO / ".venv" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
+# configurable-http-proxy, pinned: `make venv` installs it from npm into the venv's node/ folder (.venv/node).
+proxy = Path(sys.prefix) / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
 c.ConfigurableHTTPProxy.command = [env("TFMHUB_PROXY", str(proxy) if proxy.exists() else "configurable-http-proxy")]
 c.ConfigurableHTTPProxy.pid_file = str(STATE / "jupyterhub-proxy.pid")
 c.JupyterHub.db_url = f"sqlite:///{STATE / 'jupyterhub.sqlite'}"
