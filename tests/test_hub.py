@@ -19,13 +19,12 @@ from __future__ import annotations
 import copy
 import json
 import os
+import pwd
 import re
 import shutil
-import sqlite3
 import tempfile
 import threading
 import time
-import urllib.error
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -43,6 +42,7 @@ STUDENTS = {"tfmhub_student1": "correct", "tfmhub_student2": "wrong", "tfmhub_st
 LOAD = [f"tfmhub_load{i:02d}" for i in range(1, 11)]
 TWICE, LATE = LOAD[0], LOAD[-1]
 NAMED_MISTAKE = "Your scores are not divided by √d_k."
+WITHHELD = "This answer was withheld from grading and will be reviewed by an instructor"   # the scan's note
 # Student-facing text that would mean an instructor's tool leaked into a student's JupyterLab.
 INSTRUCTOR_UI = ("Formgrader", "Create Assignment", "Course List", "Manage Assignments")
 
@@ -55,7 +55,8 @@ def require_hub_tools() -> None:
     if os.geteuid() != 0:
         missing.append("root (the hub creates Unix accounts and runs as root)")
     if not PROXY.exists():
-        missing.append(f"configurable-http-proxy at {PROXY} (`make venv` installs it from npm)")
+        missing.append(f"configurable-http-proxy at {PROXY} (`make venv` installs it from npm when npm is there; "
+                       "after installing npm: rm .venv/.installed && make venv)")
     if missing:
         reason = "the JupyterHub tests need " + "; ".join(missing)
         if os.environ.get("CI"):
@@ -290,7 +291,7 @@ def test_class_on_the_hub_in_the_browser(hub, browser):
         text = ui.text()
         assert not [w for w in INSTRUCTOR_UI if w in text], text[:2000]
         fetched = Path(f"/home/{student}") / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-        assert fetched.stat().st_uid == __import__("pwd").getpwnam(student).pw_uid
+        assert fetched.stat().st_uid == pwd.getpwnam(student).pw_uid
 
         ui.open(f"{ASSIGNMENT}/{ASSIGNMENT}.ipynb", notebook_code_cells(release))
         for index, code in answers_of(kind).items():
@@ -305,6 +306,8 @@ def test_class_on_the_hub_in_the_browser(hub, browser):
         ui.shot("submitted")
     assert "Success! Your notebook passes all the tests." in validated["tfmhub_student1"], validated
     assert NAMED_MISTAKE in validated["tfmhub_student2"], validated["tfmhub_student2"]
+    # rebinding torch.allclose in the notebook fools neither the checks nor Validate
+    assert NAMED_MISTAKE in validated["tfmhub_student3"], validated["tfmhub_student3"]
     # a student cannot list the others' submissions in the exchange
     inbound = hub.exchange / COURSE_ID / "inbound"
     assert oct(inbound.stat().st_mode & 0o777) == "0o733", oct(inbound.stat().st_mode)
@@ -326,6 +329,8 @@ def test_class_on_the_hub_in_the_browser(hub, browser):
     assert correct["score"] == correct["max_score"] > 0, grades
     assert wrong["score"] < wrong["max_score"], grades
     assert hostile["score"] < hostile["max_score"], grades
+    for student in STUDENTS:        # the hardened pipeline graded them: it writes a report on each submission
+        assert (hub.course / "grading" / "reports" / ASSIGNMENT / f"{student}.json").exists(), student
     assert report_flags(hub, "tfmhub_student3"), "the hostile submission must be flagged by the hardened grader"
     assert not report_flags(hub, "tfmhub_student1") and not report_flags(hub, "tfmhub_student2")
     ui.formgrader()
@@ -344,14 +349,15 @@ def test_class_on_the_hub_in_the_browser(hub, browser):
         ui.d.get(f"{hub.url}/user/{student}/files/{rel}")
         ui.wait(lambda: "Score" in ui.text() or "score" in ui.text(), "the feedback page")
         page = ui.text()
-        if kind != "correct":
-            ui.js("const e = [...document.querySelectorAll('pre, .output_error, .output_stdout')]"
-                  ".find(e => e.innerText.includes(arguments[0])); if (e) e.scrollIntoView();", NAMED_MISTAKE)
+        # what the student reads about their answer: the named mistake, or why the answer was withheld
+        reason = {"correct": None, "wrong": NAMED_MISTAKE, "hostile": WITHHELD}[kind]
+        if reason:
+            ui.js("const e = [...document.querySelectorAll('pre, .output_area, div')].reverse()"
+                  ".find(e => e.innerText && e.innerText.includes(arguments[0])); if (e) e.scrollIntoView();", reason)
+            assert reason in page, page[:5000]
         ui.shot(f"feedback_{kind}")
         grade = grades[student]
         assert re.search(rf"Score:\s*{grade['score']:g}(\.0+)?\s*/\s*{grade['max_score']:g}(\.0+)?", page), page[:1500]
-        if kind == "wrong":
-            assert NAMED_MISTAKE in page, page[:5000]
 
     log = hub.log()
     assert "Traceback" not in log, log[-5000:]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import signal
 import stat
 import sys
 from pathlib import Path
