@@ -1,5 +1,8 @@
 """Shared fixtures: every library test runs on each available device (CUDA too, when present)."""
+import contextlib
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
@@ -28,6 +31,18 @@ def max_err(a, b):
 # Debian's chromium and chromium-driver drive the browser tests (tests/test_site.py, tests/test_lab.py).
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+@contextlib.contextmanager
+def chromium_session(window: str, timeout_s: float, prefix: str):
+    """``headless_chromium`` with a throw-away profile folder (named ``prefix``...), quit and removed after."""
+    profile = tempfile.mkdtemp(prefix=prefix)
+    driver = headless_chromium(window, timeout_s, profile)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
 
 
 def headless_chromium(window: str, timeout_s: float, profile: str, logging: bool = False):

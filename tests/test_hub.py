@@ -22,7 +22,6 @@ import os
 import pwd
 import re
 import shutil
-import tempfile
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -78,12 +77,9 @@ def hub():
 
 @pytest.fixture(scope="module")
 def browser(hub):
-    from conftest import headless_chromium
-    profile = tempfile.mkdtemp(prefix="tfmhub-chromium-")
-    driver = headless_chromium("1400,950", WAIT_S, profile)
-    yield driver
-    driver.quit()
-    shutil.rmtree(profile, ignore_errors=True)
+    from conftest import chromium_session
+    with chromium_session("1400,950", WAIT_S, "tfmhub-chromium-") as driver:
+        yield driver
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -218,6 +214,12 @@ class HubUI(Lab):
         self.wait(lambda: self.js("return !!document.querySelector('#main-table tr td');"), "the table to reload")
         return modal
 
+    def wait_for_rows(self, rows: list[str]) -> None:
+        """Wait until Formgrader's table has loaded and shows a row for each of ``rows``."""
+        from selenium.webdriver.common.by import By
+        self.wait(lambda: all(self.d.find_elements(By.XPATH, f"//tbody[@id='main-table']/tr[td[normalize-space(.)='{r}']]")
+                              for r in rows), f"Formgrader's rows for {', '.join(rows)}")
+
     def click(self, by, selector) -> bool:
         """Click the element if it can be clicked now (a dialog still fading in cannot); whether it was."""
         from selenium.common.exceptions import ElementNotInteractableException, NoSuchElementException
@@ -319,10 +321,12 @@ def test_class_on_the_hub_in_the_browser(hub, browser):
     for student in STUDENTS:
         assert (hub.course / "submitted" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").exists()
     ui.formgrader(f"manage_submissions/{ASSIGNMENT}")
+    ui.wait_for_rows(STUDENTS)
     ui.shot("submissions")
     for student in STUDENTS:
         ui.formgrader_action(student, "autograde", "Successfully autograded", timeout=600)
     ui.formgrader(f"manage_submissions/{ASSIGNMENT}")
+    ui.wait_for_rows(STUDENTS)
     ui.shot("autograded")
     grades = gradebook_rows(hub)
     correct, wrong, hostile = (grades[s] for s in STUDENTS)

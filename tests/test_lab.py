@@ -23,7 +23,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -100,13 +99,9 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser(lab):
-    from conftest import headless_chromium
-
-    profile = tempfile.mkdtemp(prefix="tfmlib-lab-chromium-")
-    driver = headless_chromium("1400,950", WAIT_S, profile)
-    yield driver
-    driver.quit()
-    shutil.rmtree(profile, ignore_errors=True)
+    from conftest import chromium_session
+    with chromium_session("1400,950", WAIT_S, "tfmlib-lab-chromium-") as driver:
+        yield driver
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -113,10 +113,11 @@ def leftovers(course: str | os.PathLike) -> list[int]:
 
 
 def end_leftovers(course: str | os.PathLike, wait: float = 5.0) -> list[str]:
-    """Kill (SIGKILL) what ``leftovers`` finds and wait until it is gone; returns what was ended."""
+    """Kill (SIGKILL) what ``leftovers`` finds and wait until it is gone; returns what was ended.  Each is
+    described before any is killed: a sandbox's inner processes die with its bwrap, and a dead process that is
+    not yet reaped has no command line left to describe."""
     ended = []
-    for pid in leftovers(course):
-        text = describe(pid)
+    for pid, text in [(pid, describe(pid)) for pid in leftovers(course)]:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
