@@ -533,11 +533,10 @@ def as_user(user, argv, cwd, env_extra=None):
     home = f"/home/{user}"
     env = {"HOME": home, "USER": user, "LOGNAME": user, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
            "LANG": "C.UTF-8", **(env_extra or {})}
-    cmd = ["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/root"]
-    parts = Path(base).parts[1:-1]
-    for i in range(1, len(parts)):
-        cmd += ["--perms", "0755", "--dir", "/" + "/".join(parts[: i + 1])]
-    cmd += ["--ro-bind", base, base, "--chdir", str(cwd), "--clearenv"]
+    if str(ROOT / "scripts" / "hub") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts" / "hub"))
+    from course_spawner import python_view     # the same view the class's JupyterHub starts servers in
+    cmd = ["bwrap", *python_view(base), "--chdir", str(cwd), "--clearenv"]
     for k, v in env.items():
         cmd += ["--setenv", k, v]
     cmd += ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--"] + argv
