@@ -209,8 +209,12 @@ class HubUI(Lab):
             f"the result of {column} for {row}", timeout=timeout)
         self.shot(f"{column}_{row}".replace("tfmhub_", ""))
         assert success in modal, modal[:3000]
-        self.wait(lambda: self.click(By.CSS_SELECTOR, "#success-modal .modal-footer button"), "the dialog's OK button")
-        self.wait(lambda: not self.js("return !!document.querySelector('#success-modal');"), "the dialog to close")
+        def closed() -> bool:       # OK pressed again while the dialog is still there (a press during its fade-in is lost)
+            if not self.js("return !!document.querySelector('#success-modal');"):
+                return True
+            self.click(By.CSS_SELECTOR, "#success-modal .modal-footer button")
+            return False
+        self.wait(closed, "the dialog to close")
         self.wait(lambda: self.js("return !!document.querySelector('#main-table tr td');"), "the table to reload")
         return modal
 
@@ -222,11 +226,13 @@ class HubUI(Lab):
 
     def click(self, by, selector) -> bool:
         """Click the element if it can be clicked now (a dialog still fading in cannot); whether it was."""
-        from selenium.common.exceptions import ElementNotInteractableException, NoSuchElementException
+        from selenium.common.exceptions import (ElementClickInterceptedException, ElementNotInteractableException,
+                                                NoSuchElementException, StaleElementReferenceException)
         try:
             self.d.find_element(by, selector).click()
             return True
-        except (ElementNotInteractableException, NoSuchElementException):
+        except (ElementNotInteractableException, NoSuchElementException, StaleElementReferenceException,
+                ElementClickInterceptedException):
             return False
 
     def row_text(self, row: str) -> str:
