@@ -36,7 +36,10 @@ import ast
 import builtins
 import functools
 import importlib
+import json
 import re
+import symtable
+from pathlib import Path
 from dataclasses import dataclass
 
 from tfmgrader import policy as _policy
@@ -76,6 +79,28 @@ def library_private_attributes() -> frozenset[str]:
     Listed on first use, not at import: making the sample objects (an optimizer among them) imports
     ``torch._dynamo``, most of a second that a grading process whose answers use no private name never pays."""
     return frozenset(_policy.library_private_attributes())
+
+
+def admitted_on_any_value(attr: str) -> bool:
+    """An attribute name the scan admits on a value it cannot prove is one of the answer's own classes: a name of
+    the reviewed list, never a refused, shortcut or private one.  ``tfmgrader.closure`` follows exactly these."""
+    return attr in ALLOWED_ATTRIBUTES and attr not in FORBIDDEN_ATTRIBUTES and not attr.startswith("_") and \
+        not attr.startswith(DANGEROUS_PREFIXES)
+
+
+#: The attribute names of every object an answer can reach (``tfmgrader.closure``, to depth 4), pinned in
+#: ``reachable_names.json`` and kept current by ``tests/test_closure.py``.
+REACHABLE_NAMES = Path(__file__).with_name("reachable_names.json")
+
+
+@functools.cache
+def reachable_attribute_names() -> frozenset[str]:
+    """The attribute names that objects an answer can reach offer.  A name the answer defines is admitted on
+    values only if it is not one of these: on an object of PyTorch, NumPy or Python it then just fails."""
+    try:
+        return frozenset(json.loads(REACHABLE_NAMES.read_text()))
+    except (OSError, ValueError) as err:
+        raise _policy.PolicyError(f"cannot read {REACHABLE_NAMES}: {err}") from err
 
 
 ALLOWED_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module", "torch.autograd.Function",
@@ -217,6 +242,103 @@ def bound_names(tree: ast.AST) -> dict[str, str]:
     return scope_bindings(tree)[0]
 
 
+# --- Python's own scoping: the standard library's symtable, matched to the syntax tree -----------------------
+_COMPREHENSION_NAMES = {ast.ListComp: "listcomp", ast.SetComp: "setcomp", ast.DictComp: "dictcomp",
+                        ast.GeneratorExp: "genexpr"}
+
+
+class ScopeError(ValueError):
+    """The syntax tree's scopes and the symbol table's could not be matched: the cell is not checked (flagged)."""
+
+
+def _scope_name(node) -> str:
+    if isinstance(node, ast.Lambda):
+        return "lambda"
+    return _COMPREHENSION_NAMES.get(type(node)) or node.name
+
+
+def _outer_parts(node) -> list:
+    """The parts of a scope-opening node that Python evaluates in the enclosing scope, in the order the symbol
+    table visits them (CPython's symtable.c): defaults, keyword defaults, annotations, decorators; a class's
+    bases, keywords and decorators; a comprehension's first iterable."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        a = node.args
+        parts = list(a.defaults) + [d for d in a.kw_defaults if d is not None]
+        if not isinstance(node, ast.Lambda):
+            for arg in a.posonlyargs + a.args + ([a.vararg] if a.vararg else []) + ([a.kwarg] if a.kwarg else []) \
+                    + a.kwonlyargs:
+                if arg.annotation is not None:
+                    parts.append(arg.annotation)
+            if node.returns is not None:
+                parts.append(node.returns)
+            parts += node.decorator_list
+        return parts
+    if isinstance(node, ast.ClassDef):
+        return list(node.bases) + [k.value for k in node.keywords] + list(node.decorator_list)
+    return [node.generators[0].iter]        # a comprehension
+
+
+def _inner_parts(node) -> list:
+    """The parts of a scope-opening node evaluated in its own scope, in the symbol table's order."""
+    if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return list(node.body)
+    if isinstance(node, ast.Lambda):
+        return [node.body]
+    first, rest = node.generators[0], node.generators[1:]
+    parts = [first.target, *first.ifs]
+    for gen in rest:
+        parts += [gen.target, gen.iter, *gen.ifs]
+    if isinstance(node, ast.DictComp):
+        return parts + [node.value, node.key]
+    return parts + [node.elt]
+
+
+def _child_scopes(node) -> list:
+    """The scope-opening nodes directly inside ``node``'s scope, in the order the symbol table enters them."""
+    found = []
+
+    def walk(n):
+        if isinstance(n, _SCOPES):
+            for part in _outer_parts(n):
+                walk(part)
+            found.append(n)
+            return
+        if isinstance(n, ast.NamedExpr):       # the value is visited before the target
+            walk(n.value)
+            walk(n.target)
+            return
+        for child in ast.iter_child_nodes(n):
+            walk(child)
+
+    for part in _inner_parts(node):
+        walk(part)
+    return found
+
+
+def symbol_tables(tree: ast.Module, source: str) -> dict[int, "symtable.SymbolTable"]:
+    """``{id(scope node): its symbol table}`` for every scope of ``tree`` (parsed from ``source``), from the
+    standard library's ``symtable``; raises ScopeError when the two do not line up (the cell is then flagged)."""
+    try:
+        top = symtable.symtable(source, "<cell>", "exec")
+    except SyntaxError as err:
+        raise ScopeError(f"Python's symbol table rejects it ({err.msg})") from err
+    tables = {id(tree): top}
+    pending = [(tree, top)]
+    while pending:
+        node, table = pending.pop()
+        children = [t for t in table.get_children() if t.get_name() != "_annotation"]
+        nodes = _child_scopes(node)
+        if len(children) != len(nodes):
+            raise ScopeError(f"{len(nodes)} scopes in the code, {len(children)} in Python's symbol table")
+        for child_node, child_table in zip(nodes, children):
+            if (_scope_name(child_node), child_node.lineno) != (child_table.get_name(), child_table.get_lineno()):
+                raise ScopeError(f"the scope {_scope_name(child_node)!r} at line {child_node.lineno} does not "
+                                 f"match Python's symbol table")
+            tables[id(child_node)] = child_table
+            pending.append((child_node, child_table))
+    return tables
+
+
 # --- modules, resolved by looking at the real (trusted) module objects ------------------------------------
 def _module_attr(path: str):
     """The object ``path`` (e.g. 'torch.nn.functional.softmax') names, or None; imports only allowed modules."""
@@ -237,16 +359,92 @@ def _module_attr(path: str):
 
 
 # --- the check --------------------------------------------------------------------------------------------
+def _allowed_uses(tree) -> tuple[set[int], set[int]]:
+    """ids of the Name nodes where a class may be named (called, an attribute's base, ``isinstance``'s or
+    ``issubclass``'s second argument, a base class, ``super``'s first argument), and of the ``type(x)`` calls
+    that are only printed or compared."""
+    names, types_ok = set(), set()
+
+    def add(node):
+        for n in (node.elts if isinstance(node, ast.Tuple) else [node]):
+            if isinstance(n, ast.Name):
+                names.add(id(n))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            add(node.func)
+            fn = node.func.id if isinstance(node.func, ast.Name) else None
+            if fn in ("isinstance", "issubclass") and len(node.args) == 2:
+                add(node.args[1])
+            if fn == "super" and node.args:
+                add(node.args[0])
+            if fn in ("print", "str", "repr", "format"):
+                types_ok |= {id(a) for a in node.args}
+        elif isinstance(node, ast.Attribute):
+            add(node.value)
+        elif isinstance(node, ast.ClassDef):
+            for b in node.bases:
+                add(b)
+        elif isinstance(node, ast.Compare):
+            types_ok |= {id(a) for a in [node.left, *node.comparators]}
+        elif isinstance(node, ast.FormattedValue):
+            types_ok.add(id(node.value))
+    return names, types_ok
+
+
+def class_members(trees) -> dict[str, dict[str, str]]:
+    """``{class: {name: 'plain' | 'static' | 'class' | 'value'}}`` for the answer's top-level classes: what each
+    binds in its body (methods by kind, properties as 'plain'), its own classes' members included."""
+    classes = {n.name: n for tree in trees for n in tree.body if isinstance(n, ast.ClassDef)}
+    members: dict[str, dict[str, str]] = {}
+
+    def of(name, seen=()):
+        if name in members:
+            return members[name]
+        node, found = classes[name], {}
+        for base in node.bases:
+            if isinstance(base, ast.Name) and base.id in classes and base.id not in seen:
+                found.update(of(base.id, (*seen, name)))
+        for item in node.body:
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                decorators = {ast.unparse(d) for d in item.decorator_list}
+                found[item.name] = "static" if "staticmethod" in decorators else \
+                    "class" if "classmethod" in decorators else "plain"
+            elif isinstance(item, ast.ClassDef):
+                found[item.name] = "value"
+            else:
+                for name_ in bound_names(ast.Module(body=[item], type_ignores=[])):
+                    found[name_] = "value"
+        members[name] = found
+        return found
+
+    for name in classes:
+        of(name)
+    return members
+
+
 class _Scope:
-    def __init__(self, node, kind, names, declared_global):
+    def __init__(self, node, kind, names, declared_global, table=None):
         self.node, self.kind, self.names, self.declared_global = node, kind, names, declared_global
+        self.table = table
+
+    def symbol(self, name):
+        """The symbol table's entry for ``name`` in this scope, or None (a name the table does not list, e.g. in
+        a postponed annotation, is read as a global)."""
+        if self.table is None:
+            return None
+        try:
+            return self.table.lookup(name)
+        except KeyError:
+            return None
 
 
 class _Checker(ast.NodeVisitor):
     """Walks one learner cell; ``context`` is shared by every cell of the notebook."""
 
-    def __init__(self, cell: int, context: "_Context"):
+    def __init__(self, cell: int, context: "_Context", tables: dict | None = None):
         self.cell, self.ctx = cell, context
+        self.tables = tables or {}                # id(scope node) -> its symbol table (symbol_tables)
         self.flags: list[Flag] = []
         self.stack: list[_Scope] = []
         self.annotation_depth = 0
@@ -257,7 +455,8 @@ class _Checker(ast.NodeVisitor):
 
     # scopes --------------------------------------------------------------------------------------------
     def run(self, tree: ast.Module):
-        self.stack.append(_Scope(tree, "module", self.ctx.learner_top, set()))
+        self.class_name_ok, self.type_call_ok = _allowed_uses(tree)
+        self.stack.append(_Scope(tree, "module", self.ctx.learner_top, set(), self.tables.get(id(tree))))
         for stmt in tree.body:
             self.visit(stmt)
         self.stack.pop()
@@ -267,7 +466,7 @@ class _Checker(ast.NodeVisitor):
         for name in declared:
             if name in self.ctx.protected or name in dir(builtins):
                 self.flag(node, f"declares 'global {name}', a name the notebook's read-only cells or Python define")
-        self.stack.append(_Scope(node, kind, names, declared))
+        self.stack.append(_Scope(node, kind, names, declared, self.tables.get(id(node))))
         for item in body:
             self.visit(item)
         self.stack.pop()
@@ -277,7 +476,19 @@ class _Checker(ast.NodeVisitor):
 
     def resolve(self, name: str) -> str:
         """'local' (the learner's own), 'module' (a top-level name of the learner), 'setup', 'test',
-        'builtin', or 'unknown'."""
+        'builtin', or 'unknown'.  Where a name lives is Python's own answer (``symtable``): a function's local,
+        parameter or enclosing function's variable is the learner's; anything else is looked up at the top."""
+        scope = self.stack[-1]
+        if scope.kind != "module":
+            sym = scope.symbol(name)
+            if sym is None and scope.table is None:
+                return self._resolve_by_hand(name)
+            if sym is not None and not sym.is_global() and (sym.is_local() or sym.is_parameter() or sym.is_free()):
+                return "local"
+        return self.resolve_global(name)
+
+    def _resolve_by_hand(self, name: str) -> str:
+        """For a scope without a symbol table (none today: every scope node is matched, or the cell flagged)."""
         innermost = self.stack[-1]
         for scope in reversed(self.stack[1:]):
             if name in scope.declared_global:
@@ -286,6 +497,25 @@ class _Checker(ast.NodeVisitor):
                 continue
             if name in scope.names:
                 return "local"
+        return self.resolve_global(name)
+
+    def class_fallback(self, name: str) -> str | None:
+        """In a class body that binds ``name``, Python reads it (LOAD_NAME) from the enclosing function or the
+        globals and built-ins until that binding has run: what it reads then, or None outside that case."""
+        scope = self.stack[-1]
+        sym = scope.symbol(name)
+        if scope.kind != "class" or sym is None or not sym.is_local():
+            return None
+        for outer in reversed(self.stack[1:-1]):
+            if outer.kind == "function":
+                osym = outer.symbol(name)
+                if osym is not None and not osym.is_global() and (osym.is_local() or osym.is_free()):
+                    return "local"
+        return self.resolve_global(name)
+
+    def resolve_global(self, name: str) -> str:
+        """Where a global read of ``name`` leads: the learner's top level, the read-only cells, a built-in, a
+        test cell's variable, or nothing known."""
         if name in self.ctx.learner_top or name in self.ctx.graded:
             return "module"
         if name in self.ctx.setup:
@@ -392,7 +622,7 @@ class _Checker(ast.NodeVisitor):
     def _comprehension(self, node):
         self.visit(node.generators[0].iter)
         names, _ = scope_bindings(node)
-        self.stack.append(_Scope(node, "function", names, set()))
+        self.stack.append(_Scope(node, "function", names, set(), self.tables.get(id(node))))
         for k, gen in enumerate(node.generators):
             if k:
                 self.visit(gen.iter)
@@ -430,6 +660,9 @@ class _Checker(ast.NodeVisitor):
         # three-argument form builds a class and stays flagged.
         if isinstance(node.func, ast.Name) and node.func.id == "type" and len(node.args) == 1 \
                 and not node.keywords and self.resolve("type") == "unknown":
+            if id(node) not in self.type_call_ok:
+                self.flag(node, "uses type(...) other than to print or compare it (the class of a value reaches "
+                                "its methods without their instance)")
             for arg in node.args:
                 self.visit(arg)
             return
@@ -447,7 +680,22 @@ class _Checker(ast.NodeVisitor):
             self._check_store_name(node, name)
             return
         where = self.resolve(name)
-        what = self._binding(name)
+        if name in self.ctx.learner_classes and where == "module" and id(node) not in self.class_name_ok \
+                and not self.annotation_depth:
+            self.flag(node, f"uses the class '{name}' as a value; create instances ('{name}(...)'), use its "
+                            f"attributes, or test with isinstance")
+        self._check_load(node, name, where, self._binding(name))
+        fallback = self.class_fallback(name)
+        if fallback == "setup" or (fallback == "unknown" and (name in dir(builtins) or name == "get_ipython")):
+            before = len(self.flags)
+            self._check_load(node, name, fallback, self.ctx.setup.get(name, "") if fallback == "setup" else "")
+            for k in range(before, len(self.flags)):
+                f = self.flags[k]
+                self.flags[k] = Flag(f.cell, f.line, f"{f.reason} (this class body binds '{name}' too, but until "
+                                                      f"that line runs Python reads the name from outside the class)")
+
+    def _check_load(self, node, name, where, what):
+        """A read of ``name``, which lives ``where`` (see ``resolve``) and is bound to ``what``."""
         if what.startswith("import:") and what[7:] in ALLOWED_MODULES and id(node) not in self.attribute_bases:
             self.flag(node, f"uses the module '{name}' as a value; use what it offers by name "
                             f"('{name}.<name>'), so that the scan can check each name")
@@ -513,6 +761,11 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Attribute(self, node):
         attr = node.attr
+        base = node.value
+        if isinstance(base, ast.Name) and base.id in self.ctx.learner_classes and self.resolve(base.id) == "module" \
+                and self.ctx.class_members.get(base.id, {}).get(attr) == "plain":
+            self.flag(node, f"reads the method '{attr}' through the class '{base.id}'; call it on an instance "
+                            f"('{base.id}(...).{attr}(...)' or 'self.{attr}(...)'), so that its self is yours")
         path = self._dotted(node)
         self._check_attr_name(node, attr, path, module_root=path is not None)
         if path in ALLOWED_MODULES and id(node) not in self.attribute_bases and isinstance(node.ctx, ast.Load):
@@ -552,21 +805,70 @@ class _Checker(ast.NodeVisitor):
                             f"'{module}' (scripts/tfmgrader/allowlist.json, reviewed by the instructor)")
 
     def _check_value_attribute(self, node, attr, shown):
-        """An attribute of a value: on the reviewed list or the answer's own, never a refused one."""
+        """An attribute of a value.  Admitted: a name of the reviewed list (``admitted_on_any_value``, which
+        ``tfmgrader.closure`` shows leads nowhere dangerous); a name the answer's classes define, on a value that is
+        provably the answer's own (``_own_base``: ``self``/``cls`` in a method, the class, a new instance); on any
+        other value, a public name the answer defines that no object the answer can reach offers
+        (``reachable_attribute_names``: on anything but the answer's own objects it can only fail).  Never a
+        refused, shortcut or library-private one, whoever defines it."""
         if attr in DANGEROUS_ATTRIBUTES or attr.startswith(DANGEROUS_PREFIXES):
             why = POLICY.refused_attributes.get(attr, "hooks and global switches")
             self.flag(node, f"uses '{shown}' ({why}: not allowed in answers)")
-        elif attr in FORBIDDEN_ATTRIBUTES and attr not in self.ctx.learner_attributes:
+        elif admitted_on_any_value(attr):
+            return
+        elif attr in FORBIDDEN_ATTRIBUTES:
             self.flag(node, f"uses '{shown}', a library implementation of what the exercise asks for")
         elif attr.startswith("_") and attr in library_private_attributes():
             self.flag(node, f"uses '{shown}', a private attribute of tensors, modules or arrays (private parts "
                             f"of libraries are not allowed in answers; name your own attributes otherwise)")
-        elif attr.startswith("_") and attr not in self.ctx.learner_attributes:
-            self.flag(node, f"uses '{shown}', a private attribute the answer does not define itself "
-                            f"(private parts of libraries are not allowed in answers)")
-        elif attr not in ALLOWED_ATTRIBUTES and attr not in self.ctx.own_attributes:
-            self.flag(node, f"uses the attribute '{attr}', which is not one of a tensor, a PyTorch module, an "
-                            f"array, a number, a string or a container, nor one the answer defines")
+        elif attr not in self.ctx.learner_attributes:
+            if attr.startswith("_"):
+                self.flag(node, f"uses '{shown}', a private attribute the answer does not define itself "
+                                f"(private parts of libraries are not allowed in answers)")
+            else:
+                self.flag(node, f"uses the attribute '{attr}', which is not one of a tensor, a PyTorch module, an "
+                                f"array, a number, a string or a container, nor one the answer defines")
+        elif self._own_base(getattr(node, "value", None)):
+            return
+        elif attr in reachable_attribute_names():
+            self.flag(node, f"uses the attribute '{attr}' on a value that is not provably your own: your code "
+                            f"defines it, but objects of PyTorch, NumPy or Python have an attribute of that name "
+                            f"too; read it through self inside your class's methods, or give yours another name "
+                            f"(for example 'my_{attr.lstrip('_')}')")
+        elif attr.startswith("_"):
+            self.flag(node, f"uses the private attribute '{attr}' on a value that is not provably your own; read "
+                            f"private attributes through self (or cls) inside your class's methods")
+
+    def _own_base(self, base) -> bool:
+        """``base`` is provably the answer's own object: ``self``/``cls`` (the first parameter of a method of one
+        of the answer's classes), one of the answer's classes by name, or a call of one (a new instance)."""
+        if isinstance(base, ast.Call):
+            base = base.func
+            return isinstance(base, ast.Name) and base.id in self.ctx.learner_classes and \
+                self.resolve(base.id) == "module"
+        if not isinstance(base, ast.Name):
+            return False
+        if base.id in self.ctx.learner_classes and self.resolve(base.id) == "module":
+            return True
+        for k in range(len(self.stack) - 1, 0, -1):
+            scope = self.stack[k]
+            if scope.kind == "class":
+                continue
+            sym = scope.symbol(base.id)
+            if sym is None or sym.is_global():
+                return False
+            if sym.is_free():
+                continue
+            node = scope.node
+            if not (sym.is_parameter() and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and self.stack[k - 1].kind == "class" and (node.args.posonlyargs + node.args.args)
+                    and (node.args.posonlyargs + node.args.args)[0].arg == base.id):
+                return False
+            decorators = {ast.unparse(d) for d in node.decorator_list}
+            rebound = any(isinstance(n, ast.Name) and n.id == base.id and isinstance(n.ctx, (ast.Store, ast.Del))
+                          for n in ast.walk(node))
+            return decorators <= {"property", "classmethod"} and not rebound
+        return False
 
     def _is_super_init(self, node) -> bool:
         v = getattr(node, "value", None)
@@ -622,8 +924,9 @@ class _Context:
         # functions, classes and imports of the test cells (their plain variables are reassigned before use).
         self.protected = dict(self.setup)
         self.protected.update({k: v for k, v in self.tests.items() if v != "value"})
-        self.own_attributes: set[str] = set()     # attributes the answer or the notebook's cells define or use
         self.learner_attributes: set[str] = set()  # attributes the answer itself defines
+        self.learner_classes: set[str] = set()     # the classes the answer defines at its top level
+        self.class_members: dict[str, dict[str, str]] = {}   # class -> its members' kinds (class_members)
 
 
 def own_attributes(trees) -> set[str]:
@@ -644,17 +947,6 @@ def own_attributes(trees) -> set[str]:
     return {n for n in names if not n.startswith("__") and n not in FRAME_ATTRIBUTES}
 
 
-def _used_attributes(sources: list[str]) -> set[str]:
-    """Attribute names the notebook's read-only cells use on their values (what they hand the answers)."""
-    names = set()
-    for src in sources:
-        try:
-            names |= {n.attr for n in ast.walk(parse(src)) if isinstance(n, ast.Attribute)}
-        except (SyntaxError, ValueError):
-            continue
-    return {n for n in names if not n.startswith("_") and n not in FRAME_ATTRIBUTES and n not in DANGEROUS_ATTRIBUTES}
-
-
 def _names_of(sources: list[str]) -> dict[str, str]:
     names: dict[str, str] = {}
     for src in sources:
@@ -673,9 +965,15 @@ def scan_cells(learner: dict[int, str], setup: list[str], tests: list[str], grad
     """
     flags: list[Flag] = []
     trees: dict[int, ast.Module] = {}
+    tables: dict[int, dict] = {}
     for index, src in sorted(learner.items()):
         try:
-            trees[index] = parse(src)
+            python = to_python(src)
+            trees[index] = ast.parse(python)
+            tables[index] = symbol_tables(trees[index], python)
+        except ScopeError as err:
+            flags.append(Flag(index, 1, f"could not be checked: {err}; the cell was withheld"))
+            trees.pop(index, None)
         except SyntaxError as err:
             flags.append(Flag(index, err.lineno or 1, f"is not valid Python ({err.msg}); the cell was withheld"))
         except Exception as err:  # noqa: BLE001 - anything the transformer cannot read is withheld
@@ -686,9 +984,10 @@ def scan_cells(learner: dict[int, str], setup: list[str], tests: list[str], grad
             learner_top.setdefault(name, what)
     ctx = _Context(_names_of(setup), _names_of(tests), learner_top, set(graded_names))
     ctx.learner_attributes = own_attributes(trees.values())
-    ctx.own_attributes = ctx.learner_attributes | _used_attributes(setup + tests)
+    ctx.class_members = class_members(trees.values())
+    ctx.learner_classes = set(ctx.class_members)
     for index, tree in trees.items():
-        checker = _Checker(index, ctx)
+        checker = _Checker(index, ctx, tables[index])
         checker.run(tree)
         flags += checker.flags
     return flags

@@ -1,0 +1,143 @@
+"""The scan reads names as Python does (``symtable``) and admits attributes by rule, not by what the answer says.
+
+Two classes of hole found by a blind red team (issue 31): a class body that reads a refused global under the cover
+of a later binding of the same name, and attribute names an answer "defines" (as never-used class attributes) so
+that the scan admitted them on any value, private ones included.
+"""
+import ast
+import json
+import symtable
+
+import pytest
+
+from tfmgrader import scan
+from tfmgrader.scan import scan_cells
+
+SETUP = ["import math\nimport torch\nimport tfmcheck.checking as check\nSHORTCUTS = ('tfmlib',)\n"]
+TESTS = ["out = f(torch.ones(2))\ncheck.assert_close('f', out, torch.ones(2))\n"]
+
+
+def flags(code):
+    return [f.reason for f in scan_cells({3: code}, SETUP, TESTS, {"f"})]
+
+
+# --- Python's own scoping -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("code, name", [
+    ("class A:\n    x = check\n    check = None\n", "check"),
+    ("class A:\n    run = eval\n    eval = None\n", "eval"),
+    ("def f(x):\n    class A:\n        g = getattr\n        getattr = 1\n    return x\n", "getattr"),
+    ("class A:\n    t = check.ref\n    def check(self):\n        pass\n", "check"),
+    ("class A:\n    import math as check\n    del check\n    y = check\n", "check"),
+    ("class A:\n    ys = [check for _ in range(2)]\n", "check"),       # a comprehension skips the class scope
+    ("def f(x):\n    class A:\n        r = [x for x in [check]]\n        check = 1\n    return x\n", "check"),
+])
+def test_a_class_body_cannot_read_a_refused_global_under_a_later_binding(code, name):
+    assert any(f"'{name}'" in r for r in flags(code)), flags(code)
+
+
+@pytest.mark.parametrize("code", [
+    "class A:\n    dim = -1\n    scale = dim * 2\n",
+    "class A:\n    ones = torch.ones(2)\n    twice = [o * 2 for o in ones]\n",   # the first iterable is read in the class
+    "def f(x):\n    scale = 2\n    class A:\n        s = scale\n    return x * A.s\n",
+    "def f(x):\n    total = 0\n    def add(v):\n        nonlocal total\n        total = total + v\n    add(x)\n    return total\n",
+    "def f(x, g=lambda: 1, h=(lambda a=(lambda: 2): a)):\n    return x * g() * h()()\n",
+    "def f(x, how='a'):\n    p = (lambda w: x @ w) if how == 'a' else (lambda w: torch.einsum('ij,jk->ik', x, w))\n"
+    "    return p(x), {k: v for k, v in [(1, lambda: x)]}\n",
+])
+def test_honest_scopes_pass(code):
+    assert flags(code) == []
+
+
+@pytest.mark.parametrize("code", [
+    "f = lambda x=(lambda: 1): (lambda: 2)\n",
+    "g = [(lambda: i) for i in range(3) if (lambda: i)()]\n",
+    "d = {k: (lambda: v) for k, v in {}.items()}\n",
+    "class A:\n    @staticmethod\n    def s(x=lambda: 0, *, y=(lambda: 1)) -> int:\n        return [z for z in (lambda: [1])()]\n",
+    "x = (y := (lambda: 1)) and (lambda: 2)\n",
+    "def f(a):\n    def g():\n        nonlocal a\n        return (lambda: a)\n    return g\n",
+])
+def test_every_scope_is_matched_to_pythons_symbol_table(code):
+    """The scan's tree walk and CPython's symbol table agree on every scope, in the same order."""
+    tree = ast.parse(code)
+    tables = scan.symbol_tables(tree, code)
+    scopes = [n for n in ast.walk(tree) if isinstance(n, scan._SCOPES)]
+    assert len(tables) == len(scopes) + 1
+    for node in scopes:
+        table = tables[id(node)]
+        assert (table.get_name(), table.get_lineno()) == (scan._scope_name(node), node.lineno)
+        own = {a.arg for a in getattr(getattr(node, "args", None), "args", [])}
+        assert own <= {s.get_name() for s in table.get_symbols() if s.is_parameter()}
+
+
+def test_the_fixtures_scopes_all_match():
+    """Every answer and attack of the suite is read with Python's symbol table (no cell is refused for it)."""
+    from fixtures.answers import EXTRA_CORRECT, STYLES
+    for corpus in (STYLES, EXTRA_CORRECT):
+        for named in corpus.values():
+            for cells in named.values():
+                for src in cells.values():
+                    python = scan.to_python(src)
+                    scan.symbol_tables(ast.parse(python), python)
+    symtable.symtable("x = 1", "<c>", "exec")
+
+
+# --- attributes --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("code, reason", [
+    # a private name "defined" by the answer is not admitted on a library value
+    ("class Cover:\n    _version = 1\n\ndef f(x):\n    return torch.ones(1)._version", "private attribute"),
+    ("class Cover:\n    _zz_cover = 1\n\ndef f(x):\n    return x._zz_cover", "not provably your own"),
+    ("class Cover:\n    _C = None\n\ndef f(x):\n    return torch.zeros(1).grad_fn._C", "not provably your own"),
+    ("class Cover:\n    def __init__(self):\n        self._modules = {}\n\ndef f(x):\n    return x._modules",
+     "private attribute of tensors, modules or arrays"),
+    # through a method's first parameter, called on a library value: still only the answer's own names
+    ("class A:\n    _e = 0\n    def m(self):\n        return self._e\n\ndef f(x):\n    return A.m(x)._f", "_f"),
+    # a public name an object of the library offers: the answer cannot claim it by defining it
+    ("class Cover:\n    gi_frame = 1\n\ndef f(g):\n    return g.gi_frame", "gi_frame"),
+    ("class Cover:\n    scale = 1\n\ndef f(d):\n    return d.scale", "not provably your own"),
+    # a method reached without its instance runs with any self
+    ("class A:\n    scale = 1\n    def m(self):\n        return self.scale\n\ndef f(x):\n    return A.m(x)",
+     "call it on an instance"),
+    ("class A:\n    scale = 1\n    @property\n    def p(self):\n        return self.scale\n\nq = A.p", "instance"),
+    ("class A:\n    def m(self):\n        return 1\n\nB = A\n", "uses the class 'A' as a value"),
+    ("class A:\n    def m(self):\n        return 1\n\nk = [A][0]\n", "uses the class 'A' as a value"),
+    ("class A:\n    def m(self):\n        return 1\n\ndef f(x):\n    return type(A()).m(x)", "type(...)"),
+    ("class A:\n    scale = 1\n    def m(self):\n        self = torch.zeros(1)\n        return self.scale\n",
+     "not provably your own"),
+])
+def test_an_answer_cannot_widen_the_attributes_by_defining_names(code, reason):
+    assert any(reason in r for r in flags(code)), flags(code)
+
+
+def test_a_defined_name_that_library_objects_offer_is_refused_with_a_way_out():
+    taken = sorted(n for n in scan.reachable_attribute_names()
+                   if not n.startswith("_") and not scan.admitted_on_any_value(n)
+                   and n not in scan.DANGEROUS_ATTRIBUTES and n not in scan.FORBIDDEN_ATTRIBUTES)
+    assert taken, "some public names of reachable objects are not on the list"
+    name = taken[0]
+    reasons = flags(f"class Box:\n    {name} = 1\n\ndef f(x, box=Box()):\n    return box.{name}")
+    assert any("give yours another name" in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize("code", [
+    "class Box:\n    def __init__(self, t):\n        self._kept = t\n    def kept(self):\n        return self._kept\n"
+    "def f(x):\n    return Box(x).kept()",
+    "class _Masks:\n    @staticmethod\n    def lower(n):\n        return torch.ones(n, n).tril().bool()\n"
+    "def f(x):\n    return _Masks.lower(2)",
+    "class Cfg:\n    n_heads_wanted = 2\n\ndef f(x, cfg=Cfg()):\n    return x * cfg.n_heads_wanted",
+    "class Cache(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n        self._kv_store = []\n"
+    "    @property\n    def stored(self):\n        return len(self._kv_store)\n"
+    "def f(x):\n    return x * Cache().stored",
+    "class Norm(torch.nn.Module):\n    def __init__(self, eps=1e-5):\n        super().__init__()\n        self.eps = eps\n"
+    "        self.scale = torch.nn.Parameter(torch.ones(2))\n    def forward(self, x):\n"
+    "        return x * self.scale / (x.var() + self.eps)\ndef f(x):\n    n = Norm()\n"
+    "    return n(x) if isinstance(n, Norm) else print(type(n), type(x) is torch.Tensor)",
+    "class Acc:\n    _count_so_far = 0\n    @classmethod\n    def bump(cls):\n        return cls._count_so_far + 1\n"
+    "def f(x):\n    return x * Acc.bump() * Acc()._count_so_far",
+])
+def test_honest_own_attributes_pass(code):
+    assert flags(code) == []
+
+
+def test_reachable_names_file_is_sorted_json_of_names():
+    names = json.loads(scan.REACHABLE_NAMES.read_text())
+    assert names == sorted(set(names)) and all(isinstance(n, str) and n for n in names)
