@@ -8,8 +8,6 @@ IPython shell or library implementation of an exercise.  The attribute names tho
 of them.  An upgrade of PyTorch, NumPy or Python that opens a route, or adds a name, fails here.
 """
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -21,6 +19,8 @@ pytestmark = pytest.mark.slow
 #: they return is harmless.  A new one fails the test below until it is reviewed here.
 REVIEWED_DYNAMIC = {
     "torch.nn.modules.module.Module": "returns only the module's own parameters, buffers and submodules",
+    "typing._BaseGenericAlias": "hands the lookup to its origin class, which the search explores (closure.FORWARDS)",
+    "typing._SpecialForm": "answers only __name__ and __qualname__; any other name raises AttributeError",
 }
 
 
@@ -58,10 +58,3 @@ def test_the_search_finds_a_route_when_private_names_are_admitted():
                                depth=2, start=start)
     assert "warnings.catch_warnings()._module -> module warnings" in map(str, old_rule.routes), old_rule.routes
     assert closure.explore(scan.admitted_on_any_value, depth=2, start=start).routes == []
-
-
-def test_the_command_line_reports_the_search():
-    out = subprocess.run([sys.executable, "-m", "tfmgrader.closure", "--depth", "1"], capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "0 routes" in out.stdout

@@ -211,7 +211,7 @@ def test_sandbox_confines_the_kernel(tmp_path):
     work = course / "autograded" / "bob" / "a"
     work.mkdir(parents=True)
     nb = run_in_sandbox([
-        "import torch, tfmlib, os, tempfile\nprint('uid', os.getuid(), 'tmp', tempfile.gettempdir())",
+        "import torch, os, tempfile\nprint('uid', os.getuid(), 'tmp', tempfile.gettempdir())",
         f"print(open({str(secret)!r}).read())",
         f"open({str(other)!r}, 'w').write('owned')",
         f"open({str(course / 'new.txt')!r}, 'w').write('x')",
@@ -495,7 +495,9 @@ def test_verdicts_hold_when_the_scan_is_off(tmp_path, path):
         else:
             assert score < best, (student, scores[student])
             caught += bool(flags)
-    assert caught >= 5, "tampering that changed a verdict inside the kernel is reported as flagged"
+    # The kernel decides nothing (tfmcheck.withheld): rebinding its checks changes no verdict and is not reported;
+    # tampering with the record or the audit channel is.
+    assert caught >= 2, "tampering with the trace or the audit channel is reported as flagged"
 
 
 def test_autograde_refuses_to_run_unsandboxed(monkeypatch):

@@ -17,9 +17,10 @@ nor the references.
   ``assert_memory_below`` compares that with limits (blockwise attention must never build the full ``(Tq, Tk)``
   score matrix).
 
-- When a notebook is graded, ``call`` and ``peak_memory`` also record each result (in the learner's kernel) and the
-  grader replays the test cells on those records in its own process (``tfmcheck.trace``, ``begin_test``,
-  ``replay``): the verdict that counts is reached where no learner code runs.
+- When a notebook is graded, ``call`` and ``peak_memory`` record each result in the learner's kernel, where the
+  checks then decide nothing (``_recording_only``; the feedback catalogue and tfmlib are not even there:
+  ``tfmcheck.withheld``), and the grader replays the test cells on those records in its own process
+  (``tfmcheck.trace``, ``begin_test``, ``replay``): every verdict is reached where no learner code runs.
 
 This module must stay importable without matplotlib; it imports torch and the standard library only.
 The instructor guide (book/appendix/instructors.md) describes what it defends against and what it does not.
@@ -40,8 +41,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from tfmcheck import trace as _trace
-import tfmlib
-from tfmlib.utils import seed_everything
 
 # ---------------------------------------------------------------------------------------------------------
 # Trusted copies, bound when the setup cell imports this module (before any learner code runs).
@@ -75,11 +74,24 @@ _is_wrapped, _unwrapped = torch._C._functorch.is_functorch_wrapped_tensor, torch
 
 # The "tfmlib" shortcut group: every function of the course's code a learner could call instead of writing their
 # own: the teaching library, and this package's trusted builders (the feedback catalogue computes correct
-# attention too), except this module, which runs the learner's function.
+# attention too), except this module, which runs the learner's function.  In the graded kernel the sandbox hides
+# tfmlib altogether (tfmcheck.withheld), so only this package's folder is left to watch there.
 _THIS_FILE = os.path.abspath(__file__)
-_COURSE_DIRS = (os.path.dirname(os.path.abspath(tfmlib.__file__)) + os.sep, os.path.dirname(_THIS_FILE) + os.sep)
 
-#: Trusted reference implementations (PyTorch's own) for the hidden tests.
+
+def _library_dir():
+    try:
+        import tfmlib
+        return os.path.dirname(os.path.abspath(tfmlib.__file__)) + os.sep
+    except Exception:  # noqa: BLE001 - hidden (the graded kernel) or broken: nothing of it can run
+        return None
+
+
+_TFMLIB_DIR, _CHECK_DIR = _library_dir(), os.path.dirname(_THIS_FILE) + os.sep
+_COURSE_DIRS = tuple(d for d in (_TFMLIB_DIR, _CHECK_DIR) if d)
+
+#: Trusted reference implementations for the hidden tests: PyTorch's own functions, nothing of the course's (in the
+#: graded kernel, which only records, the comparisons with them decide nothing: ``_recording_only``).
 ref = types.SimpleNamespace(
     scaled_dot_product_attention=F.scaled_dot_product_attention,
     layer_norm=F.layer_norm,
@@ -135,9 +147,16 @@ def _preview(t, n=6, around=None):
             + (", …]" if end < _len(flat) else "]"))
 
 
+def _recording_only():
+    """True in the graded kernel: the checks record and decide nothing there; the grader's replay decides."""
+    return _MODE is not None and not _MODE.replaying
+
+
 def assert_tensor(name, got, shape=None, dtype=None, hint=None):
     """``got`` is exactly a ``torch.Tensor`` (not a subclass), with the given shape and dtype if given."""
     __tracebackhide__ = True
+    if _recording_only():
+        return
     _no_modes(name)
     if _type(got) is not _Tensor:
         _fail(name, f"expected a torch.Tensor, got {_type(got).__module__}.{_type(got).__qualname__}", hint)
@@ -153,6 +172,8 @@ def assert_close(name, got, expected, atol=None, rtol=None, hint=None):
     Tolerances default to 1e-5 (float32) / 1e-10 (float64).  NaN never matches.
     """
     __tracebackhide__ = True
+    if _recording_only():
+        return
     if _type(expected) is not _Tensor:
         raise TypeError(f"the expected value of {name} must be a torch.Tensor (test bug)")
     assert_tensor(name, got, _shape_of(expected), _dtype_of(expected), hint)
@@ -188,6 +209,8 @@ def assert_equal(name, got, expected, hint=None):
 def assert_number(name, got, expected, rel=1e-6, abs_=0.0, hint=None):
     """``got`` is a real number (int, float, or a 0-d tensor) within ``rel``/``abs_`` of ``expected``."""
     __tracebackhide__ = True
+    if _recording_only():
+        return
     _no_modes(name)
     if _type(got) is _Tensor and _len(_shape_of(got)) == 0:
         value = _tolist(_detach(got))
@@ -203,6 +226,8 @@ def assert_number(name, got, expected, rel=1e-6, abs_=0.0, hint=None):
 def assert_true(name, condition, message, hint=None):
     """Fail with ``message`` unless ``condition`` is exactly ``True`` (a bool or a one-element bool tensor)."""
     __tracebackhide__ = True
+    if _recording_only():
+        return
     if _type(condition) is _Tensor:
         condition = _tolist(condition)
     if condition is not True:
@@ -210,9 +235,15 @@ def assert_true(name, condition, message, hint=None):
 
 
 def seed(value=0):
-    """Seed Python's, NumPy's and PyTorch's generators (``tfmlib.utils.seed_everything``); returns a seeded
-    torch.Generator."""
-    return seed_everything(value)
+    """Seed Python's, NumPy's and PyTorch's generators as ``tfmlib.utils.seed_everything`` does (tested equal;
+    the graded kernel has no tfmlib); returns a seeded torch.Generator."""
+    import random
+
+    import numpy
+    random.seed(value)
+    numpy.random.seed(value % 2**32)
+    torch.manual_seed(value)
+    return torch.Generator().manual_seed(value)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -331,7 +362,7 @@ class forbid_shortcuts(contextlib.ContextDecorator):
             if code in self.codes:
                 label = _LABELS.get(code, code.co_name)
             elif self.tfmlib and code.co_filename.startswith(_COURSE_DIRS) and code.co_filename != _THIS_FILE:
-                owner = "tfmlib" if code.co_filename.startswith(_COURSE_DIRS[0]) else "tfmcheck"
+                owner = "tfmlib" if _TFMLIB_DIR and code.co_filename.startswith(_TFMLIB_DIR) else "tfmcheck"
                 label = f"{owner}'s {code.co_name} ({os.path.basename(code.co_filename)})"
             elif code in _OP_CALL_CODES:
                 op = str(frame.f_locals.get("self", ""))
@@ -482,6 +513,8 @@ def assert_memory_below(name, usage, numel, nbytes, numel_is="", nbytes_is="", h
     and the NumPy arrays and Python objects held at once take at most ``nbytes`` bytes.
     ``numel_is`` and ``nbytes_is`` say in words what each limit stands for (e.g. "the full score matrix")."""
     __tracebackhide__ = True
+    if _recording_only():
+        return
     _no_modes(name)
     fields = ("numel", "traced_bytes")
     if _type(usage) is not dict or any(_type(usage.get(f)) is not int or usage[f] < 0 for f in fields):

@@ -43,6 +43,11 @@ CODE_BUILTINS = {"eval", "exec", "compile", "__import__", "open", "getattr", "se
                  "locals", "vars", "dir", "breakpoint", "input", "help", "memoryview", "__build_class__"}
 
 
+#: Types that compute attributes by handing the lookup to another object: that object is explored too, so that
+#: its names count as reachable (``typing.List.append`` is ``list.append``).
+FORWARDS = {"typing._BaseGenericAlias": "__origin__"}
+
+
 @dataclass(frozen=True)
 class Route:
     path: str       # how the object was reached, e.g. "torch.randn(...).grad_fn.next_functions[0]"
@@ -234,6 +239,10 @@ def _steps(obj, admitted, listed, args, limit_s):
                     out.append((f".{name}", getattr(obj, name)))
             except BaseException:  # noqa: BLE001 - a missing or failing attribute is a dead end
                 continue
+        forward = FORWARDS.get(_dynamic_lookup(obj) or "")
+        if forward is not None:
+            with contextlib.suppress(BaseException):
+                out.append((f".<{forward}>", getattr(obj, forward)))
         if callable(obj):
             for a in args:
                 try:

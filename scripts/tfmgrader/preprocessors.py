@@ -7,9 +7,9 @@
   bubblewrap unless the instructor opted out explicitly.  It names each test cell for the trace the kernel
   records, and survives a dead or stuck kernel: the cell that killed or hung it and every later cell get an
   error output (so they score zero and the earlier ones keep their points); output is capped as it arrives.
-- ``VerifyOutside``: the verdict of every test cell, reached again in the grader's process from the
-  recorded results (``verify.replay``); a test that passed in the kernel but fails here scores zero and the
-  submission is flagged.
+- ``VerifyOutside``: the verdict of every test cell, reached in the grader's process from the recorded results
+  (``verify.replay``): the kernel only records (``tfmcheck.withheld``), so what each test cell shows and
+  whether it fails are the replay's.
 - ``CapOutput``: truncates what each cell printed to a fixed number of characters.
 - ``StderrToStdout``: keeps stderr text (warnings, logging) visible without failing a test cell.
 
@@ -78,6 +78,10 @@ def record(directory: str, resources, **found) -> None:
 def trace_limit() -> int:
     """Bytes of grading trace read back from the kernel's folder."""
     return limit("GRADER_TRACE_MB") * 1024 * 1024
+
+
+#: The errors SandboxedExecute writes into a cell the kernel did not finish (it then scores zero, as it is).
+KERNEL_STOPPED = {"NotRun", "DeadKernelError", "CellTimeoutError"}
 
 
 def error_output(ename: str, evalue: str) -> NotebookNode:
@@ -435,7 +439,8 @@ def audit_reports(log: Path, limit: int = 20) -> list[str]:
 
 
 class VerifyOutside(NbGraderPreprocessor):
-    """Reach every test cell's verdict again in this process, from the results the kernel recorded."""
+    """Reach every test cell's verdict in this process, from the results the kernel recorded; the cell's output
+    becomes what the replay printed and, when it failed, its error (with the named mistake)."""
 
     report_directory = Unicode("", help="Where the grading reports go.").tag(config=True)
 
@@ -454,16 +459,17 @@ class VerifyOutside(NbGraderPreprocessor):
         problems = ([f"the grading trace was tampered with: {problem}"] if problem else []) + problems
         (workdir / TRACE_NAME).unlink(missing_ok=True)
         verdicts = replay(cells, records, problems)
-        disagreements = []
         for cell in nb.cells:
             gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if cell.cell_type != "code" or gid not in verdicts.passed or verdicts.passed[gid]:
+            if cell.cell_type != "code" or gid not in verdicts.passed:
                 continue
-            if not any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
-                disagreements.append(f"test '{gid}' passed inside the notebook but failed the grader's own check "
-                                     f"({verdicts.messages[gid][:300]})")
-                cell.outputs.append(error_output(
-                    "GraderCheckFailed", "the grader re-checked your results outside your notebook and this test "
-                                         "fails: " + verdicts.messages[gid][:2000]))
-        record(self.report_directory, resources, verification=disagreements + verdicts.problems)
+            if any(o.get("output_type") == "error" and o.get("ename") in KERNEL_STOPPED
+                   for o in cell.get("outputs", [])):
+                continue        # the kernel never finished this cell: it scores zero as it is
+            # The kernel only recorded (tfmcheck.withheld): what the test printed and whether it failed are the replay's.
+            cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=verdicts.printed[gid])] \
+                if verdicts.printed.get(gid) else []
+            if not verdicts.passed[gid]:
+                cell.outputs.append(error_output(*verdicts.errors[gid]))
+        record(self.report_directory, resources, verification=verdicts.problems)
         return nb, resources

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from tfmcheck import TRACE_ENV, TRACE_NAME
-from tfmgrader.library_view import grader_view, library_folders
+from tfmgrader.library_view import grader_view, library_folder, library_folders
 from tfmgrader.lifetime import die_with_grader
 from tfmgrader.limits import limit
 
@@ -189,7 +189,16 @@ def sandbox_command(env: dict[str, str]) -> list[str]:
         cmd += ["--setenv", k, v]
     # /tmp first, so that an installation or course living under /tmp is bound on top of it.
     cmd += system_binds() + ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
-    return cmd + python_binds()
+    return cmd + python_binds() + withheld_binds()
+
+
+def withheld_binds() -> list[str]:
+    """Nothing worth stealing in the kernel (``tfmcheck.withheld``): the course library's folder covered by an
+    empty one, and the feedback catalogue (whose builders compute correct answers) replaced by its inert
+    stand-in.  The graded kernel only records; the grader's own process computes references and diagnoses."""
+    check_dir = library_folder("tfmcheck")
+    return ["--perms", "0555", "--tmpfs", library_folder("tfmlib"),
+            "--ro-bind", os.path.join(check_dir, "feedback_withheld"), os.path.join(check_dir, "feedback")]
 
 
 def kernel_limits() -> dict[str, int]:

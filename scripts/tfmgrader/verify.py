@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 class Verdicts:
     passed: dict[str, bool] = field(default_factory=dict)     # grade_id -> passed
     messages: dict[str, str] = field(default_factory=dict)    # grade_id -> why it failed
+    errors: dict[str, tuple[str, str]] = field(default_factory=dict)  # grade_id -> (exception name, message)
+    printed: dict[str, str] = field(default_factory=dict)     # grade_id -> what the test cell printed
     problems: list[str] = field(default_factory=list)          # signs of a tampered trace
 
 
@@ -68,23 +70,27 @@ def replay(cells: list[tuple[str, str, bool]], records: dict, problems: list[str
     threads = torch.get_num_threads()
     torch.set_num_threads(1)            # the learner's kernel runs with one thread too
     try:
-        with check.replay(records), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
+        with check.replay(records), warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             for grade_id, src, is_test in cells:
                 if is_test:
                     check.begin_test(grade_id)
+                printed = io.StringIO()
                 try:
-                    exec(compile(src, f"<{grade_id}>", "exec"), namespace)  # noqa: S102 - trusted cells
+                    with contextlib.redirect_stdout(printed):
+                        exec(compile(src, f"<{grade_id}>", "exec"), namespace)  # noqa: S102 - trusted cells
                 except Exception as err:  # noqa: BLE001 - a failing test is a verdict, not an error
                     if is_test:
                         verdicts.passed[grade_id] = False
                         verdicts.messages[grade_id] = f"{type(err).__name__}: {err}"
+                        verdicts.errors[grade_id] = (type(err).__name__, str(err))
                     else:
                         verdicts.problems.append(f"the read-only cell {grade_id} failed in the replay: {err}")
                 else:
                     if is_test:
                         verdicts.passed[grade_id] = True
+                if is_test:
+                    verdicts.printed[grade_id] = printed.getvalue()
     finally:
         torch.set_num_threads(threads)
     return verdicts
