@@ -59,6 +59,9 @@ CONTRACT = {
                       "blockwise_attention": ["q", "k", "v", "block_size"]},
     "08_scaling_laws": {"chinchilla_loss": ["N", "D", "params"], "compute_optimal": ["C", "params"],
                         "fit_power_law": ["x", "y"]},
+    "09_modern_gpt": {"rms_norm": ["x", "weight", "eps"], "swiglu": ["x", "W_gate", "W_up", "W_down"],
+                      "apply_rope": ["x", "positions", "base"],
+                      "grouped_query_attention": ["x", "W_q", "W_k", "W_v", "W_o", "n_heads", "n_kv_heads", "cache"]},
 }
 
 

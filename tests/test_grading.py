@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from tfmgrader.scan import scan_cells  # noqa: E402
 
 ASSIGNMENTS = ["01_rnn_limits", "02_attention", "03_self_attention", "04_multi_head", "05_positions",
-               "06_encoder_decoder", "07_efficiency", "08_scaling_laws"]
+               "06_encoder_decoder", "07_efficiency", "08_scaling_laws", "09_modern_gpt"]
 
 
 def require_bwrap():

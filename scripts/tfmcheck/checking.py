@@ -79,10 +79,33 @@ _is_wrapped, _unwrapped = torch._C._functorch.is_functorch_wrapped_tensor, torch
 _THIS_FILE = os.path.abspath(__file__)
 _COURSE_DIRS = (os.path.dirname(os.path.abspath(tfmlib.__file__)) + os.sep, os.path.dirname(_THIS_FILE) + os.sep)
 
-#: Trusted reference implementations (PyTorch's own) for the hidden tests.
+_sdpa, _rope = F.scaled_dot_product_attention, tfmlib.positions.rope
+
+
+def _grouped_query_attention(x, W_q, W_k, W_v, W_o, n_heads, n_kv_heads):
+    """Exercise 9's grouped_query_attention on a whole sequence (no cache), from trusted parts: heads rotated by
+    tfmlib's rope (the chapter's pairing convention) and PyTorch's causal attention, whose ``enable_gqa`` shares
+    kv head h // (n_heads / n_kv_heads) with query head h.  Returns ``(out (B, T, d), (k, v))``, k and v
+    ``(B, n_kv_heads, T, d_h)``: the rotated keys and the values a correct cache holds."""
+    b, t = _shape_of(x)[0], _shape_of(x)[1]
+    d_h = _shape_of(W_q)[1] // n_heads
+
+    def heads(y, n):
+        return _reshape(y, (b, t, n, d_h)).transpose(1, 2)
+    q, k, v = _rope(heads(x @ W_q, n_heads)), _rope(heads(x @ W_k, n_kv_heads)), heads(x @ W_v, n_kv_heads)
+    out = _sdpa(q, k, v, is_causal=True, enable_gqa=n_kv_heads != n_heads)
+    return _reshape(out.transpose(1, 2), (b, t, n_heads * d_h)) @ W_o, (k, v)
+
+
+#: Trusted reference implementations (PyTorch's own, and the course library's where PyTorch has none) for the
+#: hidden tests.
 ref = types.SimpleNamespace(
     scaled_dot_product_attention=F.scaled_dot_product_attention,
     layer_norm=F.layer_norm,
+    rms_norm=F.rms_norm,
+    silu=F.silu,
+    rope=tfmlib.positions.rope,
+    grouped_query_attention=_grouped_query_attention,
     softmax=torch.softmax,
     RNN=nn.RNN,
     MultiheadAttention=nn.MultiheadAttention,
@@ -233,8 +256,10 @@ def _code(f):
 SHORTCUT_POLICY = {
     "sdpa": ({"scaled_dot_product_attention", "_scaled_dot_product_attention_math",
               "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
-              "_scaled_dot_product_efficient_attention", "_native_multi_head_attention",
-              "_transformer_encoder_layer_fwd"},
+              "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+              "_scaled_dot_product_fused_attention_overrideable", "_flash_attention_forward",
+              "_efficient_attention_forward", "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
+              "flex_attention"},
              ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.multi_head_attention_forward",
               "torch.nn.MultiheadAttention")),
     "layer_norm": ({"layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "batch_norm",
