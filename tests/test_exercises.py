@@ -57,7 +57,7 @@ CONTRACT = {
     "07_efficiency": {"sliding_window_mask": ["n", "window"], "global_mask": ["n", "global_idx"],
                       "random_mask": ["n", "n_random", "generator"],
                       "blockwise_attention": ["q", "k", "v", "block_size"]},
-    "08_scaling_laws": {"chinchilla_loss": ["N", "D", "params"], "compute_optimal": ["C", "params"],
+    "08_scaling_laws": {"chinchilla_loss": ["N", "D", "params"], "fit_chinchilla": ["N", "D", "L", "starts", "delta"],
                         "fit_power_law": ["x", "y"]},
     "09_modern_gpt": {"rms_norm": ["x", "weight", "eps"], "swiglu": ["x", "W_gate", "W_up", "W_down"],
                       "apply_rope": ["x", "positions", "base"],
@@ -236,8 +236,8 @@ VARIANTS = {
                                   {"blockwise_values"}, {"sliding_window", "global_mask", "random_mask"}),
     "blockwise_builds_full_matrix": ("07_efficiency", [("body", "blockwise", FULL_MATRIX)],
                                      {"blockwise_memory"}, {"blockwise_values"}),
-    "twenty_tokens_per_parameter": ("08_scaling_laws", [("body", "compute_optimal", "    N = (C / 120) ** 0.5\n    return N, 20 * N")],
-                                    {"compute_optimal"}, {"chinchilla_loss", "fit_power_law"}),
+    "fit_first_start_only": ("08_scaling_laws", [("sub", "        if value < best_value:\n", "        if best is None:\n")],
+                             {"fit_chinchilla"}, {"chinchilla_loss", "fit_power_law"}),
     "rms_norm_subtracts_mean": ("09_modern_gpt", [("sub", "x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps)",
                                                    "(x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)")],
                                 {"rms_norm"}, EX9 - {"rms_norm"}),
@@ -286,10 +286,10 @@ VARIANTS = {
     # not run); one that
     # tries to kill its kernel (the scan withholds `os`, so only that answer cell is lost); the students
     # graded after them (release, source) are graded normally ---
-    "endless_loop": ("08_scaling_laws", [("prepend", "compute_optimal", "_n = 0\nwhile True:\n    _n += 1\n")],
-                     {"compute_optimal", "fit_power_law"}, {"chinchilla_loss"}),   # the stopped kernel runs no later cell
+    "endless_loop": ("08_scaling_laws", [("prepend", "fit_chinchilla", "_n = 0\nwhile True:\n    _n += 1\n")],
+                     {"fit_chinchilla", "fit_power_law"}, {"chinchilla_loss"}),   # the stopped kernel runs no later cell
     "kernel_crash": ("08_scaling_laws", [("prepend", "chinchilla_loss", "import os\nos._exit(1)\n")],
-                     {"chinchilla_loss"}, {"compute_optimal", "fit_power_law"}),
+                     {"chinchilla_loss"}, {"fit_chinchilla", "fit_power_law"}),
 }
 HOSTILE = {"endless_loop", "kernel_crash"}  # left out of the timing figures
 # A shorter cell timeout for the course that holds endless_loop, so the test waits 30 s, not 60.

@@ -145,14 +145,14 @@ FITTED = {
                          {"blockwise_values"}),
     "blockwise_output_like_q": ("07_efficiency", [sub("torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)",
                                                       "torch.zeros_like(q)")], {"blockwise_values"}),
-    # 08: one (N, D), one C, one exact power law, the notes' constants
+    # 08: one (N, D), the runs of one known law, one exact power law, the notes' constants
     "chinchilla_literal": ("08_scaling_laws", [body("chinchilla_loss", "    return 1.9366454705587173")],
                            {"chinchilla_loss"}),
     "chinchilla_ignores_params": ("08_scaling_laws", [sub("p = NOTES_PARAMS if params is None else params\n    return p",
                                                           "p = NOTES_PARAMS\n    return p")], {"chinchilla_loss"}),
-    "compute_optimal_literal": ("08_scaling_laws", [body("compute_optimal",
-                                                         "    return 1824217696.8955524, 91363364663.27426")],
-                                {"compute_optimal"}),
+    "fit_chinchilla_literal": ("08_scaling_laws", [body("fit_chinchilla",
+                                                        '    return {"E": 1.8, "A": 400.0, "B": 1200.0, "alpha": 0.35, "beta": 0.3}')],
+                               {"fit_chinchilla"}),
     "fit_literal": ("08_scaling_laws", [body("fit_power_law", "    return 3.0, -0.5")], {"fit_power_law"}),
     "fit_constant_exponent": ("08_scaling_laws", [sub("return k.item(), c.item()", "return k.item(), -0.5")],
                               {"fit_power_law"}),

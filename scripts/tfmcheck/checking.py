@@ -106,6 +106,7 @@ ref = types.SimpleNamespace(
     silu=F.silu,
     rope=tfmlib.positions.rope,
     grouped_query_attention=_grouped_query_attention,
+    fit_chinchilla=tfmlib.scaling.fit_chinchilla,
     softmax=torch.softmax,
     RNN=nn.RNN,
     MultiheadAttention=nn.MultiheadAttention,

@@ -67,6 +67,8 @@ def _same(got, expected):
     if _type(expected) in (tuple, list):
         return (_type(got) in (tuple, list) and len(got) == len(expected)
                 and all(_same(g, e) for g, e in zip(got, expected)))
+    if _type(expected) is dict:
+        return _type(got) is dict and sorted(got) == sorted(expected) and all(_same(got[k], expected[k]) for k in expected)
     if _type(expected) is _Tensor:
         if _type(got) is not _Tensor or got.shape != expected.shape or got.dtype != expected.dtype:
             return False
@@ -92,6 +94,8 @@ def _distance(got, expected):
     """The largest absolute difference between two results that ``_same`` matched (NaN against NaN counts 0)."""
     if _type(expected) in (tuple, list):
         return max((_distance(g, e) for g, e in zip(got, expected)), default=0.0)
+    if _type(expected) is dict:
+        return max((_distance(got[k], e) for k, e in expected.items()), default=0.0)
     if _type(expected) is _Tensor:
         if expected.numel() == 0 or not expected.dtype.is_floating_point:
             return 0.0
