@@ -21,7 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 ASSIGNMENTS = ("01_rnn_limits", "02_attention", "03_self_attention", "04_multi_head",
-               "05_positions", "06_encoder_decoder", "07_efficiency", "08_scaling_laws")
+               "05_positions", "06_encoder_decoder", "07_efficiency", "08_scaling_laws", "09_modern_gpt")
 
 
 def load_config(root: Path):

@@ -57,8 +57,11 @@ CONTRACT = {
     "07_efficiency": {"sliding_window_mask": ["n", "window"], "global_mask": ["n", "global_idx"],
                       "random_mask": ["n", "n_random", "generator"],
                       "blockwise_attention": ["q", "k", "v", "block_size"]},
-    "08_scaling_laws": {"chinchilla_loss": ["N", "D", "params"], "compute_optimal": ["C", "params"],
+    "08_scaling_laws": {"chinchilla_loss": ["N", "D", "params"], "fit_chinchilla": ["N", "D", "L", "starts", "delta"],
                         "fit_power_law": ["x", "y"]},
+    "09_modern_gpt": {"rms_norm": ["x", "weight", "eps"], "swiglu": ["x", "W_gate", "W_up", "W_down"],
+                      "apply_rope": ["x", "positions", "base"],
+                      "grouped_query_attention": ["x", "W_q", "W_k", "W_v", "W_o", "n_heads", "n_kv_heads", "cache"]},
 }
 
 
@@ -178,6 +181,21 @@ RNN_CHEAT = '''    rnn = torch.nn.RNN(x.shape[-1], h0.shape[-1], batch_first=Tru
         rnn.bias_hh_l0.zero_()
     H, h_T = rnn(x, h0[None])
     return H, h_T[0]'''
+GQA_SDPA_CHEAT = """    b, t, _ = x.shape
+    d_h = W_q.shape[1] // n_heads
+    start = 0 if cache is None else cache[0].shape[-2]
+    positions = torch.arange(start, start + t)
+    q = apply_rope((x @ W_q).view(b, t, n_heads, d_h).transpose(1, 2), positions)
+    k = apply_rope((x @ W_k).view(b, t, n_kv_heads, d_h).transpose(1, 2), positions)
+    v = (x @ W_v).view(b, t, n_kv_heads, d_h).transpose(1, 2)
+    if cache is not None:
+        k, v = torch.cat([cache[0], k], dim=-2), torch.cat([cache[1], v], dim=-2)
+    allowed = torch.arange(k.shape[-2])[None, :] <= positions[:, None]
+    out = _attend(q, k, v, attn_mask=allowed, enable_gqa=True)
+    return out.transpose(1, 2).reshape(b, t, n_heads * d_h) @ W_o, (k, v)"""
+ROPE_TFMLIB_CHEAT = """    rows = [_rope(x[..., i:i + 1, :], base, int(p)) for i, p in enumerate(positions.tolist())]
+    return torch.cat(rows, dim=-2)"""
+EX9 = {"rms_norm", "swiglu", "rope_values", "rope_relative", "gqa_heads", "gqa_cache"}
 FULL_MATRIX = '''    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
     return weights @ v'''
 
@@ -218,8 +236,20 @@ VARIANTS = {
                                   {"blockwise_values"}, {"sliding_window", "global_mask", "random_mask"}),
     "blockwise_builds_full_matrix": ("07_efficiency", [("body", "blockwise", FULL_MATRIX)],
                                      {"blockwise_memory"}, {"blockwise_values"}),
-    "twenty_tokens_per_parameter": ("08_scaling_laws", [("body", "compute_optimal", "    N = (C / 120) ** 0.5\n    return N, 20 * N")],
-                                    {"compute_optimal"}, {"chinchilla_loss", "fit_power_law"}),
+    "fit_first_start_only": ("08_scaling_laws", [("sub", "        if value < best_value:\n", "        if best is None:\n")],
+                             {"fit_chinchilla"}, {"chinchilla_loss", "fit_power_law"}),
+    "rms_norm_subtracts_mean": ("09_modern_gpt", [("sub", "x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps)",
+                                                   "(x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)")],
+                                {"rms_norm"}, EX9 - {"rms_norm"}),
+    "rope_halves": ("09_modern_gpt", [("sub", "x1, x2 = x[..., 0::2], x[..., 1::2]", "x1, x2 = x[..., :d // 2], x[..., d // 2:]"),
+                                      ("sub", "torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)",
+                                       "torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)")],
+                    {"rope_values", "rope_relative", "gqa_heads", "gqa_cache"}, {"rms_norm", "swiglu"}),
+    "gqa_positions_restart_in_cache": ("09_modern_gpt", [("sub", "positions = torch.arange(start, start + t)\n    q",
+                                                          "positions = torch.arange(start, start + t)\n    rot = torch.arange(t)\n    q"),
+                                                         ("sub", "transpose(1, 2), positions)\n    k", "transpose(1, 2), rot)\n    k"),
+                                                         ("sub", "transpose(1, 2), positions)\n    v", "transpose(1, 2), rot)\n    v")],
+                                       {"gqa_cache"}, EX9 - {"gqa_cache"}),
     # --- cheats (test 6): zero on what they cheat, full marks elsewhere ---
     "cheat_torch_sdpa": ("03_self_attention", [("body", "sdpa", SDPA_CHEAT)],
                          {"sdpa_values", "sdpa_mask", "sdpa_masked_row", "self_attention"}, {"causal_mask"}),
@@ -236,6 +266,16 @@ VARIANTS = {
     "cheat_torch_rnn": ("01_rnn_limits", [("body", "rnn_forward", RNN_CHEAT)], {"rnn_shapes", "rnn_values", "grad_norm"}, set()),
     "cheat_blockwise_sdpa": ("07_efficiency", [("body", "blockwise", "    return torch.nn.functional.scaled_dot_product_attention(q, k, v)")],
                              {"blockwise_values", "blockwise_memory"}, {"sliding_window", "global_mask", "random_mask"}),
+    # exercise 9: F.rms_norm under another name, PyTorch's attention with enable_gqa, tfmlib's rope
+    "cheat_rms_norm_alias": ("09_modern_gpt", [("prepend", "rms_norm", "from torch.nn import functional as _fn\n_normalise = _fn.rms_norm\n"),
+                                               ("body", "rms_norm", "    return _normalise(x, x.shape[-1:], weight, eps)")],
+                             {"rms_norm"}, EX9 - {"rms_norm"}),
+    "cheat_gqa_torch_sdpa": ("09_modern_gpt", [("prepend", "gqa", "import torch.nn.functional as _F\n_attend = _F.scaled_dot_product_attention\n"),
+                                               ("body", "gqa", GQA_SDPA_CHEAT)],
+                             {"gqa_heads", "gqa_cache"}, EX9 - {"gqa_heads", "gqa_cache"}),
+    "cheat_rope_tfmlib": ("09_modern_gpt", [("prepend", "apply_rope", "from tfmlib.positions import rope as _rope\n"),
+                                            ("body", "apply_rope", ROPE_TFMLIB_CHEAT)],
+                          {"rope_values", "rope_relative", "gqa_heads", "gqa_cache"}, {"rms_norm", "swiglu"}),
     # --- robustness: a correct answer that warns, and a deleted test cell, still get full marks ---
     "correct_but_warns": ("03_self_attention", [("prepend", "sdpa", "import warnings\n"),
                                                 ("sub", "    d_k = q.shape[-1]\n", "    warnings.warn('this is only a warning')\n    d_k = q.shape[-1]\n")],
@@ -246,10 +286,10 @@ VARIANTS = {
     # not run); one that
     # tries to kill its kernel (the scan withholds `os`, so only that answer cell is lost); the students
     # graded after them (release, source) are graded normally ---
-    "endless_loop": ("08_scaling_laws", [("prepend", "compute_optimal", "_n = 0\nwhile True:\n    _n += 1\n")],
-                     {"compute_optimal", "fit_power_law"}, {"chinchilla_loss"}),   # the stopped kernel runs no later cell
+    "endless_loop": ("08_scaling_laws", [("prepend", "fit_chinchilla", "_n = 0\nwhile True:\n    _n += 1\n")],
+                     {"fit_chinchilla", "fit_power_law"}, {"chinchilla_loss"}),   # the stopped kernel runs no later cell
     "kernel_crash": ("08_scaling_laws", [("prepend", "chinchilla_loss", "import os\nos._exit(1)\n")],
-                     {"chinchilla_loss"}, {"compute_optimal", "fit_power_law"}),
+                     {"chinchilla_loss"}, {"fit_chinchilla", "fit_power_law"}),
 }
 HOSTILE = {"endless_loop", "kernel_crash"}  # left out of the timing figures
 # A shorter cell timeout for the course that holds endless_loop, so the test waits 30 s, not 60.
@@ -363,6 +403,21 @@ def _run_worker(course, assignment):
 
 
 import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("variant", sorted(v for v, spec in VARIANTS.items() if spec[0] == "09_modern_gpt"))
+def test_exercise_9_variants_fail_their_tests_in_a_plain_kernel(variant):
+    """Without the grader's scan (self-study, Validate, or grading with the scan off) exercise 9's wrong answers fail
+    the tests of their mistake and pass the others, and its cheats fail on the tests' own guard ("write your own")."""
+    from test_feedback import run_cells
+    from tfmcheck import checking
+
+    assignment, edits, must_fail, must_pass = VARIANTS[variant]
+    failed = {cell.removeprefix("test_"): error for cell, error in run_cells(make_submission(assignment, edits))}
+    assert must_fail <= set(failed), f"{variant} passes {sorted(must_fail - set(failed))}"
+    assert not must_pass & set(failed), f"{variant} fails {sorted(must_pass & set(failed))}: {failed}"
+    if variant.startswith("cheat_"):
+        assert all(isinstance(failed[t], checking.ShortcutError) for t in must_fail), failed
 
 
 @pytest.fixture(scope="session")

@@ -33,8 +33,9 @@ ASSIGNMENT = {
     "relative_position_index": "05_positions", "relative_attention_scores": "05_positions",
     "padding_mask": "06_encoder_decoder", "decoder_mask": "06_encoder_decoder", "layer_norm": "06_encoder_decoder",
     "decoder_block": "06_encoder_decoder", "sliding_window_mask": "07_efficiency", "global_mask": "07_efficiency",
-    "blockwise_attention": "07_efficiency", "chinchilla_loss": "08_scaling_laws", "compute_optimal": "08_scaling_laws",
-    "fit_power_law": "08_scaling_laws",
+    "blockwise_attention": "07_efficiency", "chinchilla_loss": "08_scaling_laws", "fit_chinchilla": "08_scaling_laws",
+    "fit_power_law": "08_scaling_laws", "rms_norm": "09_modern_gpt", "swiglu": "09_modern_gpt",
+    "apply_rope": "09_modern_gpt", "grouped_query_attention": "09_modern_gpt",
 }
 
 
@@ -65,6 +66,32 @@ MHA_OWN = '''    b, t, d = x.shape
         scores = scores.masked_fill(~mask, float("-inf"))
     o = torch.softmax(scores, dim=-1) @ v
     return {merge} @ W_o'''
+ROPE_HALVES = """    d = x.shape[-1]
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angle = positions.to(torch.float64)[:, None] * theta
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x1, x2 = x[..., :d // 2], x[..., d // 2:]
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)"""
+GQA_REPEATED_CACHE = """    b, t, _ = x.shape
+    d_h = W_q.shape[1] // n_heads
+    group = n_heads // n_kv_heads
+    start = 0 if cache is None else cache[0].shape[-2]
+    positions = torch.arange(start, start + t)
+    q = apply_rope((x @ W_q).view(b, t, n_heads, d_h).transpose(1, 2), positions)
+    k = apply_rope((x @ W_k).view(b, t, n_kv_heads, d_h).transpose(1, 2), positions).repeat_interleave(group, dim=1)
+    v = (x @ W_v).view(b, t, n_kv_heads, d_h).transpose(1, 2).repeat_interleave(group, dim=1)
+    if cache is not None:
+        k = torch.cat([cache[0], k], dim=-2)
+        v = torch.cat([cache[1], v], dim=-2)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_h)
+    allowed = torch.arange(k.shape[-2])[None, :] <= positions[:, None]
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ v
+    return out.transpose(1, 2).reshape(b, t, n_heads * d_h) @ W_o, (k, v)"""
+GQA_CAT = """    if cache is not None:
+        k = torch.cat([cache[0], k], dim=-2)
+        v = torch.cat([cache[1], v], dim=-2)
+"""
 SIN_SWAPPED = '''    p = torch.arange(n, dtype=torch.float64)[:, None]
     freq = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     pe = torch.zeros(n, d, dtype=torch.float64)
@@ -206,11 +233,13 @@ WRONG = {
                                             'return math.exp(p["E"] + p["A"] / N ** p["alpha"] + p["B"] / D ** p["beta"])')],
     ("chinchilla_loss", "ignores_params"): [sub("    p = NOTES_PARAMS if params is None else params\n    return p",
                                                 "    p = NOTES_PARAMS\n    return p")],
-    ("compute_optimal", "twenty_tokens_per_parameter"): [body("compute_optimal", "    N = (C / 120) ** 0.5\n    return N, 20 * N")],
-    ("compute_optimal", "exponent_swapped"): [sub("(C / 6) ** (b / (a + b))", "(C / 6) ** (a / (a + b))")],
-    ("compute_optimal", "G_inverted"): [sub('(a * p["A"] / (b * p["B"]))', '(b * p["B"] / (a * p["A"]))')],
-    ("compute_optimal", "C_not_divided_by_6"): [sub("G * (C / 6) **", "G * C **")],
-    ("compute_optimal", "returns_D_N"): [sub("    return N, D\n", "    return D, N\n")],
+    ("fit_chinchilla", "squared_residuals"): [sub("return torch.where(r <= delta, 0.5 * r ** 2, delta * (r - 0.5 * delta)).sum()",
+                                                  "return (r ** 2).sum()")],
+    ("fit_chinchilla", "residuals_not_log"): [sub("r = (log_hat - log_l).abs()", "r = (torch.exp(log_hat) - L).abs()")],
+    ("fit_chinchilla", "first_start_only"): [sub("        if value < best_value:\n", "        if best is None:\n")],
+    ("fit_chinchilla", "last_start_not_best"): [sub("        if value < best_value:\n", "        if True:\n")],
+    ("fit_chinchilla", "returns_logs"): [sub('return {"E": math.exp(e), "A": math.exp(a), "B": math.exp(b), "alpha": alpha, "beta": beta}',
+                                             'return {"E": e, "A": a, "B": b, "alpha": alpha, "beta": beta}')],
     ("fit_power_law", "returns_log_k"): [sub("k = torch.exp(w.mean() - c * u.mean())", "k = w.mean() - c * u.mean()")],
     ("fit_power_law", "returns_c_k"): [sub("return k.item(), c.item()", "return c.item(), k.item()")],
     ("fit_power_law", "log10_then_exp"): [sub("torch.log(torch.as_tensor", "torch.log10(torch.as_tensor")],
@@ -236,7 +265,40 @@ WRONG = {
                                           "return (x - mean) / torch.sqrt(var + eps)")],
     ("global_mask", "intersection_only"): [sub("    mask[idx, :] = True\n    mask[:, idx] = True\n",
                                                "    mask[idx[:, None], idx[None, :]] = True\n")],
-    ("compute_optimal", "D_without_6"): [sub("D = C / (6 * N)", "D = C / N")],
+    ("rms_norm", "subtracts_mean"): [body("rms_norm", "    y = x - x.mean(dim=-1, keepdim=True)\n"
+                                                  "    return y / torch.sqrt((y * y).mean(dim=-1, keepdim=True) + eps) * weight")],
+    ("rms_norm", "eps_outside_sqrt"): [sub("torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps)",
+                                           "(torch.sqrt((x * x).mean(dim=-1, keepdim=True)) + eps)")],
+    ("rms_norm", "no_sqrt"): [sub("torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps)", "((x * x).mean(dim=-1, keepdim=True) + eps)")],
+    ("rms_norm", "sum_not_mean"): [sub("(x * x).mean(dim=-1, keepdim=True)", "(x * x).sum(dim=-1, keepdim=True)")],
+    ("rms_norm", "no_weight"): [sub(" + eps) * weight", " + eps)")],
+    ("swiglu", "silu_on_up"): [body("swiglu", "    up = x @ W_up\n    return (up * torch.sigmoid(up) * (x @ W_gate)) @ W_down")],
+    ("swiglu", "sigmoid_gate"): [sub("(gate * torch.sigmoid(gate) * (x @ W_up))", "(torch.sigmoid(gate) * (x @ W_up))")],
+    ("swiglu", "silu_after_product"): [body("swiglu", "    h = (x @ W_gate) * (x @ W_up)\n    return (h * torch.sigmoid(h)) @ W_down")],
+    ("apply_rope", "halves"): [body("apply_rope", ROPE_HALVES)],
+    ("apply_rope", "rotation_reversed"): [sub("torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos)",
+                                              "torch.stack((x1 * cos + x2 * sin, -x1 * sin + x2 * cos)")],
+    ("apply_rope", "exponent_pair_index"): [sub("(-torch.arange(0, d, 2, dtype=torch.float64) / d)",
+                                                "(-torch.arange(0, d // 2, dtype=torch.float64) / d)")],
+    ("apply_rope", "positions_ignored"): [sub("angle = positions.to(torch.float64)[:, None]",
+                                              "angle = torch.arange(x.shape[-2], dtype=torch.float64)[:, None]")],
+    ("apply_rope", "inverse_frequency"): [sub("base ** (-torch.arange", "base ** (torch.arange")],
+    ("grouped_query_attention", "kv_heads_tiled"): [sub("k.repeat_interleave(group, dim=1)", "k.repeat(1, group, 1, 1)"),
+                                                    sub("v.repeat_interleave(group, dim=1)", "v.repeat(1, group, 1, 1)")],
+    ("grouped_query_attention", "not_causal"): [sub('    scores = scores.masked_fill(~allowed, float("-inf"))\n', "")],
+    ("grouped_query_attention", "positions_restart"): [sub("transpose(1, 2), positions)\n    k", "transpose(1, 2), torch.arange(t))\n    k"),
+                                                       sub("transpose(1, 2), positions)\n    v", "transpose(1, 2), torch.arange(t))\n    v")],
+    ("grouped_query_attention", "cache_repeated_heads"): [body("gqa", GQA_REPEATED_CACHE)],
+    ("grouped_query_attention", "no_scaling"): [sub(" / math.sqrt(d_h)", "")],
+    ("grouped_query_attention", "scaled_by_d_model"): [sub("/ math.sqrt(d_h)", "/ math.sqrt(x.shape[-1])")],
+    ("grouped_query_attention", "causal_mask_not_offset"): [sub("<= positions[:, None]", "<= torch.arange(t)[:, None]")],
+    ("grouped_query_attention", "cache_ignored"): [sub(GQA_CAT, "    k_new, v_new = k, v\n" + GQA_CAT),
+                                                   sub("k_heads = k.repeat_interleave", "k_heads = k_new.repeat_interleave"),
+                                                   sub("v_heads = v.repeat_interleave", "v_heads = v_new.repeat_interleave"),
+                                                   sub("torch.arange(k.shape[-2])[None, :]", "torch.arange(start, start + t)[None, :]")],
+    ("grouped_query_attention", "cache_not_appended"): [sub("@ W_o, (k, v)", "@ W_o, (k[:, :, -t:], v[:, :, -t:])")],
+    ("grouped_query_attention", "values_rotated"): [sub("    v = (x @ W_v).view(b, t, n_kv_heads, d_h).transpose(1, 2)\n",
+                                                        "    v = apply_rope((x @ W_v).view(b, t, n_kv_heads, d_h).transpose(1, 2), positions)\n")],
 
     # the tester's findings (tests/test_feedback.py: FINDINGS below)
     ("attention_step", "masked_scores_zero"): [body("attention_step", STEP_SIMPLE.format(fill="~mask", value="0.0"))],

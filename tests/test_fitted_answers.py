@@ -4,7 +4,7 @@
    to be 2, a hard-coded number of heads, steps or features, the visible expected tensor returned as a literal, a
    mask built for the visible n only, no output projection where the visible weights were the identity, ...).
    Each must fail nbgrader's Validate, i.e. a visible test of the released notebook, with a message; every correct
-   style of tests/fixtures/styles/ must still pass it.
+   style of tests/fixtures/styles/ must still pass it, and the hidden tests too.
 2. Fix first: when the function a test checks is right but a learner function it is built on is wrong on the
    test's inputs, the failure says so and names the function to fix first; it never names a dependency that is
    right on those inputs.
@@ -145,17 +145,28 @@ FITTED = {
                          {"blockwise_values"}),
     "blockwise_output_like_q": ("07_efficiency", [sub("torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)",
                                                       "torch.zeros_like(q)")], {"blockwise_values"}),
-    # 08: one (N, D), one C, one exact power law, the notes' constants
+    # 08: one (N, D), the runs of one known law, one exact power law, the notes' constants
     "chinchilla_literal": ("08_scaling_laws", [body("chinchilla_loss", "    return 1.9366454705587173")],
                            {"chinchilla_loss"}),
     "chinchilla_ignores_params": ("08_scaling_laws", [sub("p = NOTES_PARAMS if params is None else params\n    return p",
                                                           "p = NOTES_PARAMS\n    return p")], {"chinchilla_loss"}),
-    "compute_optimal_literal": ("08_scaling_laws", [body("compute_optimal",
-                                                         "    return 1824217696.8955524, 91363364663.27426")],
-                                {"compute_optimal"}),
+    "fit_chinchilla_literal": ("08_scaling_laws", [body("fit_chinchilla",
+                                                        '    return {"E": 1.8, "A": 400.0, "B": 1200.0, "alpha": 0.35, "beta": 0.3}')],
+                               {"fit_chinchilla"}),
     "fit_literal": ("08_scaling_laws", [body("fit_power_law", "    return 3.0, -0.5")], {"fit_power_law"}),
     "fit_constant_exponent": ("08_scaling_laws", [sub("return k.item(), c.item()", "return k.item(), -0.5")],
                               {"fit_power_law"}),
+    # 09: the first examples have d = 5 (RMSNorm), d = 4 (RoPE), 2 query heads per kv head, d_h = 4
+    "rms_norm_d_5": ("09_modern_gpt", [sub("(x * x).mean(dim=-1, keepdim=True)", "(x * x).sum(dim=-1, keepdim=True) / 5")],
+                     {"rms_norm"}),
+    "rms_norm_eps_fixed": ("09_modern_gpt", [sub("keepdim=True) + eps)", "keepdim=True) + 1e-6)")], {"rms_norm"}),
+    "rope_d_4": ("09_modern_gpt", [sub("dtype=torch.float64) / d)", "dtype=torch.float64) / 4)")], {"rope_values"}),
+    "rope_positions_from_0": ("09_modern_gpt", [sub("angle = positions.to(torch.float64)[:, None]",
+                                                    "angle = torch.arange(x.shape[-2], dtype=torch.float64)[:, None]")],
+                              {"rope_values"}),
+    "gqa_two_query_heads_per_kv_head": ("09_modern_gpt", [sub("group = n_heads // n_kv_heads", "group = 2")],
+                                        {"gqa_heads"}),
+    "gqa_head_size_4": ("09_modern_gpt", [sub("d_h = W_q.shape[1] // n_heads", "d_h = 4")], {"gqa_heads"}),
 }
 
 
@@ -184,6 +195,16 @@ STYLE_CASES = [(a, s) for a, styles in STYLES.items() for s in styles]
 @pytest.mark.parametrize("assignment,style", STYLE_CASES, ids=[f"{a}-{s}" for a, s in STYLE_CASES])
 def test_every_correct_style_passes_validate(assignment, style):
     assert validate(assignment, answers=STYLES[assignment][style]) == []
+
+
+@pytest.mark.parametrize("assignment,style", STYLE_CASES, ids=[f"{a}-{s}" for a, s in STYLE_CASES])
+def test_every_correct_style_passes_the_hidden_tests(assignment, style):
+    """The whole solution notebook, hidden tests included (as graded), with the style's answers."""
+    submission = make_submission(assignment, [])
+    for cell in submission.cells:
+        if _nbg(cell).get("solution") and _nbg(cell)["grade_id"] in STYLES[assignment][style]:
+            cell.source = STYLES[assignment][style][_nbg(cell)["grade_id"]]
+    assert run_cells(submission) == []
 
 
 @pytest.mark.parametrize("assignment", sorted(STYLES))

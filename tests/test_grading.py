@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from tfmgrader.scan import scan_cells  # noqa: E402
 
 ASSIGNMENTS = ["01_rnn_limits", "02_attention", "03_self_attention", "04_multi_head", "05_positions",
-               "06_encoder_decoder", "07_efficiency", "08_scaling_laws"]
+               "06_encoder_decoder", "07_efficiency", "08_scaling_laws", "09_modern_gpt"]
 
 
 def require_bwrap():
@@ -277,6 +277,7 @@ def graded_class(tmp_path_factory):
     from fixtures.answers import STYLES
     kinds = {a: CI_KINDS_DEFAULT | {f"correct-style-{s}" for s in STYLES.get(a, {})} for a in ASSIGNMENTS}
     kinds["03_self_attention"] = None           # every style and every attack on one assignment
+    kinds["09_modern_gpt"] |= {"attack-rms-norm-alias", "attack-gqa-torch-sdpa", "attack-rope-tfmlib"}
     expected = make_class(course, ASSIGNMENTS, copies=1, kinds=kinds)
     victim = course / "submitted" / "03c0-correct-plain" / "03_self_attention" / "03_self_attention.ipynb"
     victim_hash = hashlib.sha256(victim.read_bytes()).hexdigest()

@@ -19,13 +19,13 @@ GRADED = {
     "self_attention", "split_heads", "merge_heads", "multi_head_attention", "sinusoidal_positions",
     "relative_position_index", "relative_attention_scores", "padding_mask", "decoder_mask", "layer_norm",
     "decoder_block", "sliding_window_mask", "global_mask", "random_mask", "blockwise_attention",
-    "chinchilla_loss", "compute_optimal", "fit_power_law",
+    "chinchilla_loss", "fit_chinchilla", "fit_power_law",
 }
 # tfmlib functions of the same name as a graded one (the rest exist in tfmlib only as modules).
 IN_TFMLIB = {
     "scaled_dot_product_attention", "causal_mask", "split_heads", "merge_heads", "sinusoidal_positions",
     "relative_position_index", "padding_mask", "sliding_window_mask", "global_mask", "random_mask",
-    "blockwise_attention", "chinchilla_loss", "compute_optimal", "fit_power_law",
+    "blockwise_attention", "chinchilla_loss", "fit_chinchilla", "fit_power_law",
 }
 
 BODY = spoilers.Body("f", "test", tuple(spoilers.normalise(

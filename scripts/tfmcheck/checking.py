@@ -90,11 +90,47 @@ def _library_dir():
 _TFMLIB_DIR, _CHECK_DIR = _library_dir(), os.path.dirname(_THIS_FILE) + os.sep
 _COURSE_DIRS = tuple(d for d in (_TFMLIB_DIR, _CHECK_DIR) if d)
 
-#: Trusted reference implementations for the hidden tests: PyTorch's own functions, nothing of the course's (in the
-#: graded kernel, which only records, the comparisons with them decide nothing: ``_recording_only``).
+_sdpa = F.scaled_dot_product_attention
+
+
+def _rope(x, base=10000.0, offset=0):
+    """tfmlib's rope (the chapter's pairing convention), imported when first called: the graded kernel has none."""
+    from tfmlib.positions import rope
+    return rope(x, base, offset)
+
+
+def _fit_chinchilla(*args, **kwargs):
+    """tfmlib's fit of Hoffmann et al.'s approach 3, imported when first called."""
+    from tfmlib.scaling import fit_chinchilla
+    return fit_chinchilla(*args, **kwargs)
+
+
+def _grouped_query_attention(x, W_q, W_k, W_v, W_o, n_heads, n_kv_heads):
+    """Exercise 9's grouped_query_attention on a whole sequence (no cache), from trusted parts: heads rotated by
+    tfmlib's rope (the chapter's pairing convention) and PyTorch's causal attention, whose ``enable_gqa`` shares
+    kv head h // (n_heads / n_kv_heads) with query head h.  Returns ``(out (B, T, d), (k, v))``, k and v
+    ``(B, n_kv_heads, T, d_h)``: the rotated keys and the values a correct cache holds."""
+    b, t = _shape_of(x)[0], _shape_of(x)[1]
+    d_h = _shape_of(W_q)[1] // n_heads
+
+    def heads(y, n):
+        return _reshape(y, (b, t, n, d_h)).transpose(1, 2)
+    q, k, v = _rope(heads(x @ W_q, n_heads)), _rope(heads(x @ W_k, n_kv_heads)), heads(x @ W_v, n_kv_heads)
+    out = _sdpa(q, k, v, is_causal=True, enable_gqa=n_kv_heads != n_heads)
+    return _reshape(out.transpose(1, 2), (b, t, n_heads * d_h)) @ W_o, (k, v)
+
+
+#: Trusted reference implementations for the hidden tests: PyTorch's own, and the course library's where PyTorch
+#: has none.  In the graded kernel, which only records (``_recording_only``), the course library's are inert
+#: (``tfmcheck.withheld``; the comparisons with any of them decide nothing there).
 ref = types.SimpleNamespace(
     scaled_dot_product_attention=F.scaled_dot_product_attention,
     layer_norm=F.layer_norm,
+    rms_norm=F.rms_norm,
+    silu=F.silu,
+    rope=_rope,
+    grouped_query_attention=_grouped_query_attention,
+    fit_chinchilla=_fit_chinchilla,
     softmax=torch.softmax,
     RNN=nn.RNN,
     MultiheadAttention=nn.MultiheadAttention,
@@ -264,8 +300,10 @@ def _code(f):
 SHORTCUT_POLICY = {
     "sdpa": ({"scaled_dot_product_attention", "_scaled_dot_product_attention_math",
               "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
-              "_scaled_dot_product_efficient_attention", "_native_multi_head_attention",
-              "_transformer_encoder_layer_fwd"},
+              "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+              "_scaled_dot_product_fused_attention_overrideable", "_flash_attention_forward",
+              "_efficient_attention_forward", "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
+              "flex_attention"},
              ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.multi_head_attention_forward",
               "torch.nn.MultiheadAttention")),
     "layer_norm": ({"layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "batch_norm",
@@ -581,3 +619,6 @@ def mode():
 _MODE = None
 if os.environ.get(_trace.TRACE_ENV):
     _MODE = _trace.Recorder(os.environ[_trace.TRACE_ENV])
+    from tfmcheck.withheld import WITHHELD
+    ref.rope = ref.fit_chinchilla = WITHHELD            # the course library's references: not in this kernel
+    ref.grouped_query_attention = lambda *args, **kwargs: (WITHHELD, (WITHHELD, WITHHELD))

@@ -26,7 +26,7 @@ correct function built on it returns.
 
 The package: this file, the diagnosis; catalogue.py, what a mistake is (an entry bound to a trusted builder);
 families.py, the mistakes several functions share (scaling, softmax axis, masking, ...), declared once;
-ch01_rnn.py ... ch08_scaling.py, each chapter's builders and its functions' entries, in CATALOGUE's order.
+ch01_rnn.py ... ch09_modern_gpt.py, each chapter's builders and its functions' entries, in CATALOGUE's order.
 
 To add a mistake: one entry and a test case.  The entry goes in its function's list in the chapter's file:
 ``mistake(name, sentence, tanh=False)`` (keyword flags of the chapter's builder) or ``mistake(name, sentence,
@@ -46,7 +46,7 @@ import torch
 import tfmcheck.checking as check
 
 from . import (ch01_rnn, ch02_attention, ch03_self_attention, ch04_multi_head, ch05_positions, ch06_encoder_decoder,
-               ch07_efficiency, ch08_scaling)
+               ch07_efficiency, ch08_scaling, ch09_modern_gpt)
 from .catalogue import Alternatives, Mistake, _allclose, _Tensor, _type
 from .families import attention
 
@@ -54,7 +54,7 @@ __all__ = ["CATALOGUE", "Alternatives", "For", "Mistake", "attention", "diagnose
            "reset_history"]
 
 CHAPTERS = (ch01_rnn, ch02_attention, ch03_self_attention, ch04_multi_head, ch05_positions, ch06_encoder_decoder,
-            ch07_efficiency, ch08_scaling)
+            ch07_efficiency, ch08_scaling, ch09_modern_gpt)
 CATALOGUE: dict[str, list[Mistake]] = {function: mistakes for chapter in CHAPTERS
                                        for function, mistakes in chapter.MISTAKES.items()}
 
@@ -67,6 +67,8 @@ def _same(got, expected):
     if _type(expected) in (tuple, list):
         return (_type(got) in (tuple, list) and len(got) == len(expected)
                 and all(_same(g, e) for g, e in zip(got, expected)))
+    if _type(expected) is dict:
+        return _type(got) is dict and sorted(got) == sorted(expected) and all(_same(got[k], expected[k]) for k in expected)
     if _type(expected) is _Tensor:
         if _type(got) is not _Tensor or got.shape != expected.shape or got.dtype != expected.dtype:
             return False
@@ -92,6 +94,8 @@ def _distance(got, expected):
     """The largest absolute difference between two results that ``_same`` matched (NaN against NaN counts 0)."""
     if _type(expected) in (tuple, list):
         return max((_distance(g, e) for g, e in zip(got, expected)), default=0.0)
+    if _type(expected) is dict:
+        return max((_distance(got[k], e) for k, e in expected.items()), default=0.0)
     if _type(expected) is _Tensor:
         if expected.numel() == 0 or not expected.dtype.is_floating_point:
             return 0.0

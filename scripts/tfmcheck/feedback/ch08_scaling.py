@@ -1,4 +1,4 @@
-"""Chapter 8's mistakes (solutions/08_scaling_laws): chinchilla_loss, compute_optimal, fit_power_law."""
+"""Chapter 8's mistakes (solutions/08_scaling_laws): chinchilla_loss, fit_chinchilla, fit_power_law."""
 from __future__ import annotations
 
 import math
@@ -9,8 +9,8 @@ from .catalogue import _Tensor, _type, either, graded, mistake
 
 NOTES_PARAMS = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 LOSS_LINE = "L(N, D) = E + A / N^alpha + B / D^beta"
-OPT_LINE = ("N_opt = G · (C/6)^(beta/(alpha+beta)),  G = (alpha·A / (beta·B))^(1/(alpha+beta)),  "
-            "D_opt = C / (6 N_opt)")
+HUBER_LINE = ("minimise Σ_i Huber_δ(LSE(a − α log N_i, b − β log D_i, e) − log L_i) by L-BFGS from every start; "
+              "keep the lowest objective; return E = e^e, A = e^a, B = e^b, alpha, beta")
 FIT_LINE = "c, log k = slope and intercept of the least-squares line of log y against log x;  k = exp(log k)"
 
 
@@ -28,20 +28,40 @@ def loss(N, D, params=None, *, swap_exponents=False, swap_constants=False, with_
     return L
 
 
-def optimum(C, params=None, *, rule_of_thumb=False, invert_G=False, swap_exponent=False, C_over_6=True,
-            D_over_6=True, return_D_N=False):
-    """(N_opt, D_opt) of the budget C = 6·N·D; ``rule_of_thumb``: 20 tokens per parameter."""
-    p = NOTES_PARAMS if params is None else params
-    a, b, A, B = p["alpha"], p["beta"], p["A"], p["B"]
-    if rule_of_thumb:
-        N = (C / 120) ** 0.5
-        return N, 20 * N
-    G = (a * A / (b * B)) ** (1 / (a + b))
-    G = 1 / G if invert_G else G
-    e = a / (a + b) if swap_exponent else b / (a + b)
-    N = G * ((C / 6 if C_over_6 else C) ** e)
-    D = C / (6 * N) if D_over_6 else C / N
-    return (D, N) if return_D_N else (N, D)
+def huber_fit(N, D, L, starts, delta=1e-3, *, huber=True, log=True, pick="best", logs=False):
+    """Approach 3 as the exercise's solution computes it (L-BFGS from every start, the same settings), with the
+    mistakes as flags: squared residuals (``huber`` False), residuals of L instead of log L (``log`` False), the
+    fit of the first or the last start instead of the best (``pick``), a, b, e returned for A, B, E (``logs``)."""
+    log_n, log_d, log_l = torch.log(N), torch.log(D), torch.log(L)
+
+    def objective(theta):
+        a, b, e, alpha, beta = theta
+        log_hat = torch.logsumexp(torch.stack([a - alpha * log_n, b - beta * log_d, e.expand_as(log_n)]), dim=0)
+        r = (log_hat - log_l).abs() if log else (torch.exp(log_hat) - L).abs()
+        if not huber:
+            return (r ** 2).sum()
+        return torch.where(r <= delta, 0.5 * r ** 2, delta * (r - 0.5 * delta)).sum()
+
+    fits = []
+    with torch.enable_grad():
+        for start in starts:
+            theta = start.clone().requires_grad_(True)
+            opt = torch.optim.LBFGS([theta], max_iter=200, tolerance_grad=1e-12, tolerance_change=1e-14,
+                                    line_search_fn="strong_wolfe")
+
+            def closure():
+                opt.zero_grad()
+                value = objective(theta)
+                value.backward()
+                return value
+
+            opt.step(closure)
+            fits.append((objective(theta.detach()).item(), theta.detach()))
+    theta = {"best": min(fits, key=lambda f: f[0]), "first": fits[0], "last": fits[-1]}[pick][1]
+    a, b, e, alpha, beta = theta.tolist()
+    if logs:
+        return {"E": e, "A": a, "B": b, "alpha": alpha, "beta": beta}
+    return {"E": math.exp(e), "A": math.exp(a), "B": math.exp(b), "alpha": alpha, "beta": beta}
 
 
 def fit(x, y, *, log10_data=False, pow10=False, x_on_y=False, return_log_k=False, return_c_k=False):
@@ -75,17 +95,18 @@ MISTAKES = {
         mistake("ignores_params", "Your function ignores the params it is given and always uses the notes' "
                 "constants.", line="p = params if params is not None else the notes' constants", ignore_params=True,
                 only_if=lambda params=None, **_: params is not None)),
-    "compute_optimal": graded(
-        optimum, OPT_LINE,
-        mistake("twenty_tokens_per_parameter", "Your N and D follow the 20-tokens-per-parameter rule of thumb; with "
-                "these constants the optimum comes from the closed form.", rule_of_thumb=True),
-        mistake("exponent_swapped", "Your exponent of C/6 is alpha/(alpha+beta); it is beta/(alpha+beta).",
-                swap_exponent=True),
-        mistake("G_inverted", "Your G is inverted: G = (alpha·A / (beta·B))^(1/(alpha+beta)).", invert_G=True),
-        mistake("C_not_divided_by_6", "Your N_opt uses C instead of C/6.", C_over_6=False),
-        mistake("returns_D_N", "Your function returns (D, N); it returns (N, D).", return_D_N=True),
-        mistake("D_without_6", "Your D_opt is C / N; the budget is C = 6·N·D, so D_opt = C / (6 N_opt).",
-                D_over_6=False)),
+    "fit_chinchilla": graded(
+        huber_fit, HUBER_LINE,
+        mistake("squared_residuals", "You minimise the squared log-residuals; approach 3 minimises their Huber loss "
+                "(linear beyond delta, so that a few odd runs cannot pull the fit).", huber=False),
+        mistake("residuals_not_log", "Your residuals are L̂ − L; approach 3 fits the logarithms: log L̂ − log L.",
+                log=False),
+        mistake("first_start_only", "Your fit keeps the result of the first start; run L-BFGS from every start and "
+                "keep the one with the lowest objective.", pick="first", only_if=lambda starts, **_: len(starts) > 1),
+        mistake("last_start_not_best", "Your fit keeps the result of the last start, not the best one (the lowest "
+                "objective).", pick="last", only_if=lambda starts, **_: len(starts) > 1),
+        mistake("returns_logs", "Your E, A and B are the fitted logarithms e, a and b; return E = exp(e), A = exp(a), "
+                "B = exp(b).", logs=True)),
     "fit_power_law": graded(
         fit, FIT_LINE,
         mistake("returns_log_k", "Your k is the intercept log k; return k = exp(intercept).", return_log_k=True),
