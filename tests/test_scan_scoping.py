@@ -14,7 +14,8 @@ from tfmgrader import scan
 from tfmgrader.scan import scan_cells
 
 SETUP = ["import math\nimport torch\nimport tfmcheck.checking as check\nSHORTCUTS = ('tfmlib',)\n"]
-TESTS = ["out = f(torch.ones(2))\ncheck.assert_close('f', out, torch.ones(2))\n"]
+TESTS = ["from tfmcheck import feedback\nout = f(torch.ones(2))\ncheck.assert_close('f', out, torch.ones(2))\n"
+         "def _reference(x):\n    return x\n"]
 
 
 def flags(code):
@@ -30,6 +31,11 @@ def flags(code):
     ("class A:\n    import math as check\n    del check\n    y = check\n", "check"),
     ("class A:\n    ys = [check for _ in range(2)]\n", "check"),       # a comprehension skips the class scope
     ("def f(x):\n    class A:\n        r = [x for x in [check]]\n        check = 1\n    return x\n", "check"),
+    # round 1 of the blind red team: the test cells' module, their helper, IPython's names
+    ("def f(x):\n    class G:\n        got = feedback\n        feedback = None\n    return x\n", "feedback"),
+    ("class G:\n    ref = _reference\n    _reference = None\n", "_reference"),
+    ("class G:\n    history = In\n    In = None\n", "In"),
+    ("class G:\n    if True:\n        dim = 1\n    twice = check\n    check = 2\n", "check"),
 ])
 def test_a_class_body_cannot_read_a_refused_global_under_a_later_binding(code, name):
     assert any(f"'{name}'" in r for r in flags(code)), flags(code)
@@ -37,6 +43,8 @@ def test_a_class_body_cannot_read_a_refused_global_under_a_later_binding(code, n
 
 @pytest.mark.parametrize("code", [
     "class A:\n    dim = -1\n    scale = dim * 2\n",
+    "class A:\n    def double(self, x):\n        return 2 * x\n    twice = double\n",
+    "print(out)\n",                    # a test's plain value, looked at after the tests ran
     "class A:\n    ones = torch.ones(2)\n    twice = [o * 2 for o in ones]\n",   # the first iterable is read in the class
     "def f(x):\n    scale = 2\n    class A:\n        s = scale\n    return x * A.s\n",
     "def f(x):\n    total = 0\n    def add(v):\n        nonlocal total\n        total = total + v\n    add(x)\n    return total\n",
@@ -103,6 +111,16 @@ def test_the_fixtures_scopes_all_match():
     ("class A:\n    def m(self):\n        return 1\n\ndef f(x):\n    return type(A()).m(x)", "type(...)"),
     ("class A:\n    scale = 1\n    def m(self):\n        self = torch.zeros(1)\n        return self.scale\n",
      "not provably your own"),
+    # round 1 of the blind red team
+    ("import warnings\nmatch warnings.catch_warnings():\n    case warnings.catch_warnings(_module=m):\n        pass\n",
+     "class pattern"),
+    ("def f(x):\n    class Peek:\n        def __init__(self):\n            self._hidden_thing = None\n"
+     "        def get(self):\n            return self._hidden_thing\n    return Peek.get(x)", "not provably your own"),
+    ("kept = feedback\n", "a function or module of the test cells"),
+    ("kept = [_reference]\n", "a function or module of the test cells"),
+    # the names a route out would use are never the answer's to claim (modules', IPython shell's)
+    ("class Names:\n    user_ns = None\n\ndef f(x, shell=None):\n    return shell.user_ns", "not provably your own"),
+    ("class Names:\n    setprofile = None\n\ndef f(x, s=None):\n    return s.setprofile", "not provably your own"),
 ])
 def test_an_answer_cannot_widen_the_attributes_by_defining_names(code, reason):
     assert any(reason in r for r in flags(code)), flags(code)

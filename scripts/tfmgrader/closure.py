@@ -264,6 +264,29 @@ def _steps(obj, admitted, listed, args, limit_s):
     return out
 
 
+def kernel_names() -> set[str]:
+    """The attribute names of every module a graded kernel loads and of IPython's shell, kernel and display hook:
+    the names a route out of the answer's reach would use (``.sys``, ``.shell``, ``.user_ns`` ...).  Pinned with the
+    reachable names, so that an answer cannot give one of its own attributes such a name and use it on a value it
+    cannot prove is its own, even where a hole in the search would hand it a module."""
+    import importlib
+
+    for name in ("torch", "numpy", "scipy", "IPython", "ipykernel.ipkernel", "ipykernel.zmqshell",
+                 "ipykernel.displayhook", "tfmcheck.checking", "tfmcheck.trace", "tfmcheck.feedback"):
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+    names = set()
+    for module in list(sys.modules.values()):
+        names |= _names(module)
+    with contextlib.suppress(Exception):
+        from ipykernel.displayhook import ZMQShellDisplayHook
+        from ipykernel.ipkernel import IPythonKernel
+        from ipykernel.zmqshell import ZMQInteractiveShell
+        for cls in (ZMQInteractiveShell, IPythonKernel, ZMQShellDisplayHook):
+            names |= _names(cls)
+    return {n for n in names if isinstance(n, str) and n.isidentifier()}
+
+
 def main(argv=None) -> int:
     from tfmgrader import scan
 
@@ -271,7 +294,8 @@ def main(argv=None) -> int:
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--every-public-name", action="store_true",
                         help="follow every public attribute name (as if the answer defined each one)")
-    parser.add_argument("--names", help="write the attribute names the explored objects offer to this file")
+    parser.add_argument("--names", help="write the attribute names the explored objects, the kernel's modules and "
+                                        "IPython's shell offer to this file (reachable_names.json)")
     args = parser.parse_args(argv)
     admitted = (lambda n: not n.startswith("_") and n not in scan.DANGEROUS_ATTRIBUTES) \
         if args.every_public_name else scan.admitted_on_any_value
@@ -283,7 +307,7 @@ def main(argv=None) -> int:
     print(f"{len(found.routes)} routes; {found.explored} objects explored to depth {args.depth}; "
           f"{len(found.names)} attribute names")
     if args.names:
-        Path(args.names).write_text(json.dumps(sorted(found.names), indent=0) + "\n")
+        Path(args.names).write_text(json.dumps(sorted(found.names | kernel_names()), indent=0) + "\n")
     return 1 if found.routes else 0
 
 

@@ -88,7 +88,8 @@ def admitted_on_any_value(attr: str) -> bool:
         not attr.startswith(DANGEROUS_PREFIXES)
 
 
-#: The attribute names of every object an answer can reach (``tfmgrader.closure``, to depth 4), pinned in
+#: The attribute names of every object an answer can reach (``tfmgrader.closure``, to depth 4), and of every module a
+#: graded kernel loads and IPython's shell (``closure.kernel_names``: the names a route out would use), pinned in
 #: ``reachable_names.json`` and kept current by ``tests/test_closure.py``.
 REACHABLE_NAMES = Path(__file__).with_name("reachable_names.json")
 
@@ -427,6 +428,17 @@ class _Scope:
     def __init__(self, node, kind, names, declared_global, table=None):
         self.node, self.kind, self.names, self.declared_global = node, kind, names, declared_global
         self.table = table
+        self.position = 0       # the statement of the body being checked
+
+    def bound_before(self, name) -> bool:
+        """A statement of this body before the current one binds ``name`` unconditionally."""
+        simple = (ast.Assign, ast.AnnAssign, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import,
+                  ast.ImportFrom)
+        for item in self.node.body[:self.position]:
+            if isinstance(item, simple) and not (isinstance(item, ast.AnnAssign) and item.value is None) \
+                    and name in bound_names(ast.Module(body=[item], type_ignores=[])):
+                return True
+        return False
 
     def symbol(self, name):
         """The symbol table's entry for ``name`` in this scope, or None (a name the table does not list, e.g. in
@@ -466,8 +478,10 @@ class _Checker(ast.NodeVisitor):
         for name in declared:
             if name in self.ctx.protected or name in dir(builtins):
                 self.flag(node, f"declares 'global {name}', a name the notebook's read-only cells or Python define")
-        self.stack.append(_Scope(node, kind, names, declared, self.tables.get(id(node))))
-        for item in body:
+        scope = _Scope(node, kind, names, declared, self.tables.get(id(node)))
+        self.stack.append(scope)
+        for position, item in enumerate(body):
+            scope.position = position
             self.visit(item)
         self.stack.pop()
 
@@ -504,7 +518,7 @@ class _Checker(ast.NodeVisitor):
         globals and built-ins until that binding has run: what it reads then, or None outside that case."""
         scope = self.stack[-1]
         sym = scope.symbol(name)
-        if scope.kind != "class" or sym is None or not sym.is_local():
+        if scope.kind != "class" or sym is None or not sym.is_local() or scope.bound_before(name):
             return None
         for outer in reversed(self.stack[1:-1]):
             if outer.kind == "function":
@@ -686,7 +700,7 @@ class _Checker(ast.NodeVisitor):
                             f"attributes, or test with isinstance")
         self._check_load(node, name, where, self._binding(name))
         fallback = self.class_fallback(name)
-        if fallback == "setup" or (fallback == "unknown" and (name in dir(builtins) or name == "get_ipython")):
+        if fallback not in (None, "local", "module"):
             before = len(self.flags)
             self._check_load(node, name, fallback, self.ctx.setup.get(name, "") if fallback == "setup" else "")
             for k in range(before, len(self.flags)):
@@ -705,6 +719,9 @@ class _Checker(ast.NodeVisitor):
                     not self._allowed_import_value(what[7:]):
                 self.flag(node, f"uses '{name}' (the notebook's {what[7:]}), which answers may not use; "
                                 f"the checking helpers are for the tests only")
+        elif where == "test" and (self.ctx.tests.get(name) == "def" or self.ctx.tests.get(name, "").startswith("import:")):
+            self.flag(node, f"uses '{name}', a function or module of the test cells; the tests' helpers are for "
+                            f"the tests only")
         elif where == "test" and self.in_function():
             self.flag(node, f"reads '{name}', a variable of the test cells, inside a function; "
                             f"pass values in as arguments")
@@ -861,7 +878,8 @@ class _Checker(ast.NodeVisitor):
                 continue
             node = scope.node
             if not (sym.is_parameter() and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                    and self.stack[k - 1].kind == "class" and (node.args.posonlyargs + node.args.args)
+                    and k == 2 and self.stack[1].kind == "class"      # a method of a top-level class
+                    and self.stack[1].node.name in self.ctx.learner_classes and (node.args.posonlyargs + node.args.args)
                     and (node.args.posonlyargs + node.args.args)[0].arg == base.id):
                 return False
             decorators = {ast.unparse(d) for d in node.decorator_list}
@@ -897,6 +915,11 @@ class _Checker(ast.NodeVisitor):
                 root = root.func if isinstance(root, ast.Call) else root.value
             if isinstance(root, ast.Name) and self.resolve(root.id) not in ("local", "module"):
                 self.flag(node, f"assigns into '{ast.unparse(node)}', an object the answer does not own")
+        self.generic_visit(node)
+
+    def visit_MatchClass(self, node):
+        self.flag(node, "uses a class pattern in a match statement ('case C(x=...)' reads attributes by name, "
+                        "which the scan cannot check); test with isinstance and read attributes directly")
         self.generic_visit(node)
 
     # statements and literals ---------------------------------------------------------------------------
