@@ -70,10 +70,32 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
-class Hub:
-    """The hub of one test run: its folders, accounts and process, and calls to its REST API."""
+def load_roster_tool():
+    """scripts/hub/roster.py, the class's roster import (accounts and gradebook from one CSV)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("roster", REPO / "scripts" / "hub" / "roster.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def __init__(self, students: list[str]):
+
+def write_roster(path: Path, students: dict[str, tuple[str, str]]) -> Path:
+    """A roster CSV as a registrar exports it: ``{id: (first name, last name)}``."""
+    import csv
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "first_name", "last_name", "email"])
+        for sid, (first, last) in students.items():
+            writer.writerow([sid, first, last, f"{sid}@example.org"])
+    return path
+
+
+class Hub:
+    """The hub of one test run: its folders, accounts and process, and calls to its REST API.  The students come
+    from a roster CSV (``{id: (first name, last name)}``), imported by scripts/hub/roster.py: their Unix accounts
+    and their gradebook rows with real names."""
+
+    def __init__(self, students: dict[str, tuple[str, str]]):
         self.base = Path(tempfile.mkdtemp(prefix="tfmhub-"))
         os.chmod(self.base, 0o755)
         self.state = self.base / "hub"
@@ -89,9 +111,15 @@ class Hub:
         self.proc: subprocess.Popen | None = None
         ensure_group(GROUP)
         self.add_account(INSTRUCTOR, group=None)
-        for s in students:
-            self.add_account(s)
         self.make_course()
+        self.roster = write_roster(self.base / "roster.csv", students)
+        tool = load_roster_tool()
+        started = time.monotonic()
+        tool.create_accounts(tool.read_roster(self.roster), GROUP, None)       # the accounts the roster lacks
+        for s in students:      # kept between runs: reset (empty home) with a password the test knows
+            self.add_account(s)
+        assert tool.main([str(self.roster), "--course", str(self.course)]) == 0      # the gradebook, with names
+        self.roster_s = time.monotonic() - started
         self.env = {
             **os.environ,
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",

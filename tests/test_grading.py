@@ -468,6 +468,9 @@ def test_verdicts_in_the_gradebook_and_its_export(graded_class, tmp_path):
             "select comment.auto_comment from comment join submitted_notebook on comment.notebook_id = "
             "submitted_notebook.id join submitted_assignment on submitted_notebook.assignment_id = "
             "submitted_assignment.id where submitted_assignment.student_id = ?", ("03c0-attack-rebind-allclose",))]
+    import json
+    honest = json.loads((course / "grading" / "01_rnn_limits" / "reports" / "01c0-correct-plain.json").read_text())
+    assert "has changed" not in honest["nbgrader_log"], "an honest submission's grading warns of nothing"
     reason = rows["03c0-attack-rebind-allclose"]["reason"]
     assert any(c and c.startswith(f"{COMMENT_MARK}: flagged") and reason in c for c in comments), comments
 
@@ -497,8 +500,6 @@ def test_a_changed_limit_grades_again_and_says_why(tmp_path, monkeypatch):
     monkeypatch.setenv("GRADER_CELL_TIMEOUT", "30")     # the same value, set explicitly: nothing to grade
     assert plan(students, submissions(tmp_path, coursedir, a, [f"{a}.ipynb"], None, None)[1], state,
                 set(students), regrade=False) == ([], {})
-    with pytest.raises(SystemExit, match="no submission of 03_self_attention .* from carol"):
-        submissions(tmp_path, coursedir, a, [f"{a}.ipynb"], None, ["ada", "carol"])
 
 
 # --- the default path: plain `nbgrader autograde` with the course's nbgrader_config.py ----------------
@@ -563,6 +564,11 @@ def test_default_autograde_grades_the_whole_suite(tmp_path):
             assert flags_of(g["report"]), (student, g)
     with sqlite3.connect(tmp_path / "gradebook.db") as db:
         assert db.execute("select count(*) from grade where manual_score is not null").fetchone()[0] == 0
+    # Formgrader's flag column: what the grader flagged is flagged in the gradebook, an honest answer is not
+    flagged = flagged_in_gradebook(tmp_path, a)
+    for student, e in expected.items():
+        if e["expect"] in ("flag", "full"):
+            assert flagged[student] == (e["expect"] == "flag"), (student, e)
 
 
 TAMPERING = ["module-attributes", "namespace-dict", "vars", "setattr", "sys-modules", "code-object",

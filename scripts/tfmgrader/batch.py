@@ -326,13 +326,10 @@ def gradebook_facts(coursedir, assignment: str) -> tuple[float, set[str]]:
 def submissions(course: Path, coursedir, assignment: str, expected: list[str], extra_config: Path | None,
                 only: list[str] | None) -> tuple[list[str], dict[str, str]]:
     """(every student who submitted ``assignment``, in order; {student: fingerprint of what is graded}): the
-    submission's files, the assignment's source and the configuration.  ``only`` (``--students``) must name
-    students who submitted it; it does not narrow the class (see ``write_grades``)."""
+    submission's files, the assignment's source and the configuration.  ``only`` (``--students``) does not
+    narrow the class (see ``write_grades``)."""
     submitted = course / coursedir.submitted_directory
     students = sorted(p.parent.name for p in submitted.glob(f"*/{assignment}") if p.is_dir())
-    unknown = sorted(set(only or ()) - set(students))
-    if unknown:
-        raise SystemExit(f"--students: no submission of {assignment} in {submitted} from {', '.join(unknown)}")
     common = [course / coursedir.source_directory / assignment / n for n in expected]
     common += [p for p in (course / "nbgrader_config.py", extra_config) if p is not None] + CONFIG_FILES
     settings = grading_settings()
@@ -368,6 +365,10 @@ def grade(course: Path, assignment: str, out: Path, only: list[str] | None = Non
     submitted = course / coursedir.submitted_directory
     students, fps = submissions(course, coursedir, assignment, expected, extra_config, only)
     selected = set(only) if only else None
+    unknown = sorted((selected or set()) - set(students))
+    if unknown:     # a typo, or (with several assignments) a student who did not submit this one
+        print(f"--students: {len(unknown)} without a submission of {assignment} ({', '.join(unknown[:5])}"
+              f"{', ...' if len(unknown) > 5 else ''})", flush=True)
     mine = [s for s in students if (selected is None or s in selected)
             and (shard is None or shard_of(s, shard[1]) == shard[0])]
     state = State(out)
