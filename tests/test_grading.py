@@ -794,3 +794,16 @@ def test_a_long_reason_wraps_between_words():
         lines = row_lines({"student_id": "s", "score": 0, "max_score": 11, "status": "flagged", "seconds": 1.0,
                            "reason": reason}, width=width)
         assert all(len(line) <= width for line in lines), lines
+
+
+def test_grade_help_is_complete(capsys):
+    """grade.py --help: the whole first sentence, every option, and the docstring's details to the end."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import grade
+    with pytest.raises(SystemExit):
+        grade.main(["--help"])
+    text = capsys.readouterr().out
+    assert "and write grades.csv and a report per submission." in text
+    assert "--students" in text and "merge them into the class's results" in text
+    assert text.rstrip().endswith("does not get full marks.")
+    assert "GRADER_CELL_TIMEOUT=60" in text and "``" not in text
