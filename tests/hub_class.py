@@ -95,7 +95,7 @@ class Hub:
     from a roster CSV (``{id: (first name, last name)}``), imported by scripts/hub/roster.py: their Unix accounts
     and their gradebook rows with real names."""
 
-    def __init__(self, students: dict[str, tuple[str, str]]):
+    def __init__(self, students: dict[str, tuple[str, str]], spawn_limit: int = 10):
         self.base = Path(tempfile.mkdtemp(prefix="tfmhub-"))
         os.chmod(self.base, 0o755)
         self.state = self.base / "hub"
@@ -128,6 +128,7 @@ class Hub:
             "TFMHUB_PROXY": str(PROXY), "TFMHUB_INSTRUCTORS": INSTRUCTOR, "TFMHUB_GROUP": GROUP,
             "TFMHUB_COURSE": str(self.course), "TFMHUB_EXCHANGE": str(self.exchange),
             "TFMHUB_ADMIN_TOKEN": self.token, "GRADER_SELFCHECK": os.environ.get("GRADER_SELFCHECK", "0"),
+            "TFMHUB_SPAWN_LIMIT": str(spawn_limit),
         }
 
     def add_account(self, name: str, group: str | None = GROUP) -> None:
@@ -213,19 +214,24 @@ class Hub:
             raw = r.read()
         return json.loads(raw) if raw.strip() else None
 
-    def start_server(self, name: str, timeout: float = 180) -> None:
+    def start_server(self, name: str, timeout: float = 600) -> None:
         """Start ``name``'s server through the REST API (as the hub's spawn page does) and wait until it is up."""
         try:
             self.api("POST", f"/users/{name}")
         except urllib.error.HTTPError as e:
             if e.code != 409:           # 409: the user exists already
                 raise
-        try:
-            self.api("POST", f"/users/{name}/server")
-        except urllib.error.HTTPError as e:
-            if e.code != 400:           # 400: already running
-                raise
         deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.api("POST", f"/users/{name}/server")
+                break
+            except urllib.error.HTTPError as e:
+                if e.code == 400:           # already running
+                    break
+                if e.code != 429 or time.monotonic() > deadline:    # 429: the hub's spawn limit; come back later
+                    raise
+                time.sleep(float(e.headers.get("Retry-After") or 2) * (0.5 + secrets.randbelow(100) / 100))
         while not self.api("GET", f"/users/{name}")["servers"].get("", {}).get("ready"):
             if time.monotonic() > deadline:
                 raise AssertionError(f"{name}'s server did not start:\n{self.log()[-4000:]}")

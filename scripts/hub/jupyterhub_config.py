@@ -65,6 +65,8 @@ c.CourseSpawner.course_root = env("TFMHUB_COURSE", "/srv/nbgrader/course")
 c.CourseSpawner.exchange = env("TFMHUB_EXCHANGE", "/srv/nbgrader/exchange")
 c.CourseSpawner.singleuser = [str(Path(sys.executable).parent / "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
+# How many servers start at once (JupyterHub's default 100); a login past it is asked to retry in a moment.
+c.JupyterHub.concurrent_spawn_limit = int(env("TFMHUB_SPAWN_LIMIT", "100"))
 c.Spawner.start_timeout = int(env("TFMHUB_START_TIMEOUT", "120"))
 c.Spawner.http_timeout = int(env("TFMHUB_START_TIMEOUT", "120"))
 
