@@ -45,8 +45,7 @@ def save_suspicions(db_url: str, assignment: str, suspicions: dict[str, dict[str
     """The copy suspicions in the gradebook's verdicts (``verdicts.py``): a flagged copy flags the submission."""
     from tfmgrader import verdicts
 
-    for student, fields in suspicions.items():
-        verdicts.save(db_url, assignment, student, **fields)
+    verdicts.save_many(db_url, assignment, suspicions)
 
 
 def write_class_reports(course: Path, assignment: str, out: Path, students: list[str], submitted: Path,

@@ -55,28 +55,38 @@ def save(db_url: str, assignment: str, student: str, comment_cell: tuple[str, st
          **fields) -> None:
     """Set ``fields`` (of ``COLUMNS``) of the verdict of ``student``'s ``assignment``, then the gradebook's flag
     and comment (``mark``); ``comment_cell``: (notebook, its first answer cell)."""
-    unknown = set(fields) - set(COLUMNS)
-    if unknown:
-        raise ValueError(f"not columns of {TABLE}: {sorted(unknown)}")
-    fields = {k: "" if v is None else str(v) for k, v in fields.items()}
+    save_many(db_url, assignment, {student: fields}, {student: comment_cell} if comment_cell else None)
+
+
+def save_many(db_url: str, assignment: str, fields: dict[str, dict],
+              comment_cells: dict[str, tuple[str, str]] | None = None) -> None:
+    """``save`` for several students of ``assignment`` at once (one transaction, one gradebook session):
+    ``fields``: ``{student: {column: value}}``."""
+    for f in fields.values():
+        unknown = set(f) - set(COLUMNS)
+        if unknown:
+            raise ValueError(f"not columns of {TABLE}: {sorted(unknown)}")
     table, engine = _table(), _engine(db_url)
     try:
         table.metadata.create_all(engine, checkfirst=True)
-        key = (table.c.assignment == assignment) & (table.c.student_id == student)
         with engine.begin() as conn:
-            row = conn.execute(table.select().where(key)).mappings().first()
-            if row is None:
-                conn.execute(table.insert().values(assignment=assignment, student_id=student, updated=time.time(),
-                                                   **{**{c: "" for c in COLUMNS}, **fields}))
-            else:
-                conn.execute(table.update().where(key).values(updated=time.time(), **fields))
-            if comment_cell:
-                cells = json.loads((row or {}).get("comment_cells") or "{}")
-                cells[comment_cell[0]] = comment_cell[1]
-                conn.execute(table.update().where(key).values(comment_cells=json.dumps(cells)))
+            for student, values in fields.items():
+                values = {k: "" if v is None else str(v) for k, v in values.items()}
+                key = (table.c.assignment == assignment) & (table.c.student_id == student)
+                row = conn.execute(table.select().where(key)).mappings().first()
+                if row is None:
+                    conn.execute(table.insert().values(assignment=assignment, student_id=student,
+                                                       updated=time.time(), **{**{c: "" for c in COLUMNS}, **values}))
+                else:
+                    conn.execute(table.update().where(key).values(updated=time.time(), **values))
+                cell = (comment_cells or {}).get(student)
+                if cell:
+                    cells = json.loads((row or {}).get("comment_cells") or "{}")
+                    cells[cell[0]] = cell[1]
+                    conn.execute(table.update().where(key).values(comment_cells=json.dumps(cells)))
     finally:
         engine.dispose()
-    mark(db_url, assignment, student)
+    mark(db_url, assignment, list(fields))
 
 
 def load(db_url: str, assignment: str | None = None) -> dict[tuple[str, str], dict]:
@@ -100,50 +110,60 @@ def needs_review(verdict: dict) -> bool:
     return verdict.get("status", "") not in ("", "graded") or bool(verdict.get("similar_to"))
 
 
-def mark(db_url: str, assignment: str, student: str) -> None:
-    """Make the gradebook say what the verdict says: each notebook of the submission is flagged when the verdict
-    needs review (a flag an instructor set by hand is kept), and the grader's reason is the automatic comment of
-    the first answer cell of a submission it flagged.  Nothing to do for a submission not in the gradebook (an
-    invalid notebook never reaches it)."""
+def mark(db_url: str, assignment: str, students: list[str]) -> None:
+    """Make the gradebook say what the verdicts of ``students`` say: each notebook of a submission is flagged
+    when its verdict needs review (a flag an instructor set by hand is kept), and the grader's reason is the
+    automatic comment of the first answer cell of a submission it flagged.  Nothing to do for a submission not
+    in the gradebook (an invalid notebook never reaches it)."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    verdict = load(db_url, assignment).get((assignment, student))
-    if verdict is None:
-        return
-    flag = needs_review(verdict)
-    cells = json.loads(verdict.get("comment_cells") or "{}")
+    found = load(db_url, assignment)
+    ours = {}
     with Gradebook(db_url) as gb:
-        try:
-            submission = gb.find_submission(assignment, student)
-        except MissingEntry:
-            return
-        was_ours = verdict["flagged_by_grader"]
-        for nb in submission.notebooks:
-            if flag:
-                nb.flagged = True
-            elif was_ours:          # the grader's own flag from an earlier grade, not the instructor's
-                nb.flagged = False
-            first = next((c for c in nb.comments if c.cell.name == cells.get(nb.name)), None)
-            if first is None:
+        for student in students:
+            verdict = found.get((assignment, student))
+            if verdict is None:
                 continue
-            mine = (first.auto_comment or "").split(f"\n\n{COMMENT_MARK}")[0]
-            if mine.startswith(COMMENT_MARK):
-                mine = ""
-            if verdict["status"] not in ("", "graded"):
-                text = f"{COMMENT_MARK}: {verdict['status']}. {verdict['reason']}".strip()
-                first.auto_comment = f"{mine}\n\n{text}" if mine else text
-            else:
-                first.auto_comment = mine or None
+            try:
+                submission = gb.find_submission(assignment, student)
+            except MissingEntry:
+                continue
+            ours[student] = flag = needs_review(verdict)
+            _mark_submission(submission, verdict, flag)
         gb.db.commit()
-    _set_ours(db_url, assignment, student, flag)
+    _set_ours(db_url, assignment, ours)
 
 
-def _set_ours(db_url: str, assignment: str, student: str, flag: bool) -> None:
+def _mark_submission(submission, verdict: dict, flag: bool) -> None:
+    cells = json.loads(verdict.get("comment_cells") or "{}")
+    for nb in submission.notebooks:
+        if flag:
+            nb.flagged = True
+        elif verdict["flagged_by_grader"]:     # the grader's own flag from an earlier grade, not the instructor's
+            nb.flagged = False
+        first = next((c for c in nb.comments if c.cell.name == cells.get(nb.name)), None)
+        if first is None:
+            continue
+        mine = (first.auto_comment or "").split(f"\n\n{COMMENT_MARK}")[0]
+        if mine.startswith(COMMENT_MARK):
+            mine = ""
+        if verdict["status"] not in ("", "graded"):
+            text = f"{COMMENT_MARK}: {verdict['status']}. {verdict['reason']}".strip()
+            first.auto_comment = f"{mine}\n\n{text}" if mine else text
+        else:
+            first.auto_comment = mine or None
+
+
+def _set_ours(db_url: str, assignment: str, ours: dict[str, bool]) -> None:
+    """Remember which flags are the grader's own (``{student: flagged by the grader}``)."""
+    if not ours:
+        return
     table, engine = _table(), _engine(db_url)
     try:
         with engine.begin() as conn:
-            conn.execute(table.update().where((table.c.assignment == assignment) & (table.c.student_id == student))
-                         .values(flagged_by_grader=flag))
+            for student, flag in ours.items():
+                conn.execute(table.update().where((table.c.assignment == assignment) & (table.c.student_id == student))
+                             .values(flagged_by_grader=flag))
     finally:
         engine.dispose()
 
