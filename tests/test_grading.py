@@ -808,3 +808,67 @@ def test_grade_help_is_complete(capsys):
     assert "--students" in text and "merge them into the class's results" in text
     assert text.rstrip().endswith("does not get full marks.")
     assert "GRADER_CELL_TIMEOUT=60" in text and "``" not in text
+
+
+def test_some_students_merge_into_the_rows_of_the_class(tmp_path):
+    """write_grades: with --students, the class of an output folder is those selected now plus those graded into
+    it before; every row of that class is written, the others as they were."""
+    from tfmgrader.batch import State, write_grades
+    students, fps = ["ada", "bob", "eve"], {"ada": "1", "bob": "2", "eve": "3"}
+    state = State(tmp_path)
+    for s in students:
+        state.mark_done(s, {"student_id": s, "score": 1.0, "status": "graded", "reason": ""}, fps[s])
+    complete, klass = write_grades(tmp_path, students, ["bob"], fps, state, None, {"bob"})
+    assert klass == students and set(complete) == set(students)
+    with open(tmp_path / "grades.csv") as f:
+        assert [r["student_id"] for r in csv.DictReader(f)] == students
+    fresh = State(tmp_path / "fresh")       # a new folder: the class is the students selected
+    fresh.mark_done("bob", {"student_id": "bob"}, fps["bob"])
+    assert write_grades(tmp_path / "fresh", students, ["bob"], fps, fresh, None, {"bob"})[1] == ["bob"]
+    stale = {**fps, "eve": "changed"}       # eve's submission changed since: grades.csv waits for her
+    (tmp_path / "grades.csv").unlink()
+    assert write_grades(tmp_path, students, ["bob"], stale, state, None, {"bob"})[1] == students
+    assert not (tmp_path / "grades.csv").exists()
+
+
+def test_verdicts_flag_the_gradebook_and_reach_export_and_formgrader(tmp_path):
+    """verdicts.save: a flagged status flags the submission with the grader's comment; a later clean grade
+    clears both; an instructor's own flag is kept; a copy suspicion flags without a comment; the export plugin
+    and Formgrader's flags page show them all."""
+    from nbgrader.api import Gradebook
+    from tfmgrader import verdicts
+    from tfmgrader.export import export_rows
+    from tfmgrader.formgrader_page import render, review_rows
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    with Gradebook(url) as gb:
+        gb.add_assignment("a1")
+        gb.add_notebook("nb", "a1")
+        gb.add_solution_cell("answer", "nb", "a1")
+        gb.add_grade_cell("test", "nb", "a1", max_score=2, cell_type="code")
+        for s, (first, last) in {"ada": ("Ada", "L"), "bob": ("Bob", "B"), "eve": ("Eve", "E")}.items():
+            gb.add_student(s, first_name=first, last_name=last)
+            gb.add_submission("a1", s)
+
+    def state(student):
+        with Gradebook(url) as gb:
+            nb = gb.find_submission_notebook("nb", "a1", student)
+            return nb.flagged, nb.comments[0].auto_comment
+    verdicts.save(url, "a1", "ada", comment_cell=("nb", "answer"), status="flagged", reason="assigns to 'x'")
+    verdicts.save(url, "a1", "bob", comment_cell=("nb", "answer"), status="graded", reason="")
+    verdicts.save_many(url, "a1", {"eve": {"similar_to": "f ~ tfmlib: f (0.97)", "similarity": "0.97"},
+                                   "bob": {"similar_to": "", "similarity": ""}})
+    assert state("ada") == (True, f"{verdicts.COMMENT_MARK}: flagged. assigns to 'x'")
+    assert state("bob") == (False, None) and state("eve") == (True, None)
+    rows = {r["student_id"]: r for r in export_rows(Gradebook(url))}
+    assert (rows["ada"]["status"], rows["ada"]["reason"], rows["eve"]["similar_to"]) == (
+        "flagged", "assigns to 'x'", "f ~ tfmlib: f (0.97)")
+    page = render(review_rows(url), "/user/i/")
+    assert "Ada L (ada)" in page and "assigns to &#x27;x&#x27;" in page and "f ~ tfmlib: f (0.97)" in page
+    assert "data-student='bob'" not in page
+    verdicts.save(url, "a1", "ada", status="graded", reason="")        # graded again, clean: unflagged
+    assert state("ada") == (False, None)
+    with Gradebook(url) as gb:                                          # the instructor flags bob by hand
+        gb.find_submission_notebook("nb", "a1", "bob").flagged = True
+        gb.db.commit()
+    verdicts.save(url, "a1", "bob", status="graded", reason="")
+    assert state("bob")[0] is True
