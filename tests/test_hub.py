@@ -366,6 +366,8 @@ def test_class_on_the_hub_in_the_browser(hub, browser):
     ui.wait(lambda: ui.js("return document.querySelectorAll('#main-table tr td.flagged').length;") == 3,
             "Formgrader's notebook submissions")
     assert ui.js("return document.querySelectorAll('#main-table td.flagged .glyphicon-flag').length;") == 1
+    ui.js("const b = [...document.querySelectorAll('button')].find(b => b.innerText.includes('Show All Names'));"
+          "if (b) b.click();")      # the roster's names in place of "Submission #n", for the screenshot
     ui.shot("gradebook_flagged")
     ui.d.get(f"{hub.url}/user/{INSTRUCTOR}/formgrader/flags")
     ui.wait(lambda: ui.js("return !!document.querySelector('tr[data-student=\"tfmhub_student3\"]');"), "the flags page")
