@@ -1,16 +1,19 @@
 """A graded class on a real JupyterHub (issue 21), started by the tests: scripts/hub/jupyterhub_config.py with its
-proxy (configurable-http-proxy from npm), Unix accounts for one instructor and the students (PAM logins),
-nbgrader's exchange in a shared folder, and each role's nbgrader tools (tests/hub_class.py builds all of it).
+proxy (configurable-http-proxy from npm), Unix accounts for one instructor and the students (PAM logins; the
+students' accounts and gradebook names from a roster CSV, scripts/hub/roster.py), nbgrader's exchange in a
+shared folder, and each role's nbgrader tools (tests/hub_class.py builds all of it).
 
 The browser test drives the real web UI in headless Chromium: the instructor generates and releases
 03_self_attention in Formgrader; three students log in, fetch it from Assignment List, write an answer
 (correct, wrong, hostile), Validate and submit; the instructor collects and autogrades in Formgrader (the
-course's hardened pipeline: the hostile one is flagged and scores less than full) and releases feedback; each
+course's hardened pipeline: the hostile one is flagged and scores less than full; Formgrader's notebook list
+shows its flag and its flags page the reason, the students have their names) and releases feedback; each
 student fetches the feedback and reads it, the named mistake included.  A screenshot of each step goes to
 artifacts/hub/ (git-ignored).
 
 The second test plays failure and load through the hub's REST API and each user's own server API (their
-tokens): ten students submit at the same moment, the hub is restarted in the middle of the class, one student
+tokens): 50 students from the roster start their servers at once (the hub starts 10 at a time) and submit at
+the same moment, the hub is restarted in the middle of the class, one student
 submits twice, one after the deadline; every submission is collected and graded, the later one of the two
 counts, and the late one is marked late.
 """
