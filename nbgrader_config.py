@@ -7,6 +7,13 @@ c = get_config()  # noqa: F821  (provided by nbgrader when it loads this file)
 c.CourseDirectory.course_id = "transformers-from-scratch"
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "notebooks"
+# nbgrader's exchange (release_assignment, fetch, submit, collect): a folder inside the course, git-ignored,
+# never nbgrader's system-wide default (/usr/local/share/nbgrader/exchange); the class's JupyterHub sets its
+# shared one (TFMHUB_EXCHANGE, scripts/hub/).  `--Exchange.root=...` on the command line still wins.
+import os  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+c.Exchange.root = os.environ.get("TFMHUB_EXCHANGE") or str(Path(__file__).resolve().parent / "exchange")
 # Only the notebooks are course files; never copy caches or checkpoints into a release.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".DS_Store"]
 
@@ -14,8 +21,10 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# Grading.  A submission that loops forever is interrupted after `timeout` seconds per cell and scored;
-# the next cell (and the next student) runs normally.
+# The learners' Validate (nbgrader's plain Execute, unsandboxed): a cell that loops forever is interrupted after
+# `timeout` seconds and Validate goes on with the next cell.  Autograding does not use these: it runs in the
+# sandbox with the grader's limits (scripts/tfmgrader/limits.json: GRADER_CELL_TIMEOUT, 30 s by default, past
+# which the kernel is stopped and the submission is "timed out").
 c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
 c.Execute.startup_timeout = 120
@@ -38,3 +47,8 @@ c.LimitOutput.max_traceback = 60
 from tfmgrader.hardened import configure_autograde  # noqa: E402
 
 configure_autograde(c)
+
+# `nbgrader export` writes nbgrader's columns plus the grader's status, reason and copy suspicion of every
+# submission (scripts/tfmgrader/export.py, from the gradebook's verdict table), to grading/export.csv unless
+# `--to` says otherwise.
+c.ExportApp.plugin_class = "tfmgrader.export.VerdictExportPlugin"

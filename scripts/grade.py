@@ -24,14 +24,20 @@ id hashes to shard I, so that N machines grade one assignment together; they sha
 (``--db-url`` or the course's ``CourseDirectory.db_url``, e.g. PostgreSQL) and one ``--out`` folder.
 A submission is marked done (``<out>/state/<student>.done``) once its grade is in the gradebook; a
 re-run grades only what is not done, so a killed worker or machine loses nothing and nothing is graded
-twice; ``<out>/run-report.json`` lists what was graded, skipped and re-graded (with why).  A
+twice; ``<out>/run-report.json`` lists what was graded, skipped and re-graded (with why).  What a submission was
+graded from includes the limits (``scripts/tfmgrader/limits.json``, e.g. ``GRADER_CELL_TIMEOUT=60``) and the
+grading configuration: a run with other limits grades every submission again and says which limit changed.  A
 submission whose kernel was starved by the machine's load (or could not start) is graded again with
 longer time limits, or else marked 'timed out' with that reason and graded again by the next run: the
 load never changes a score.
 
 Writes ``<out>/grades.csv`` (student_id, score, max_score, status, reason — one row per submission, in
 student order, the same with any --jobs or --shard) once every submission is graded, and
-``<out>/reports/<student>.json``; prints a summary with the seconds per submission.  With grades.csv, for
+``<out>/reports/<student>.json``; prints a summary with the seconds per submission.  ``--students a,b``
+grades those students (again, with ``--regrade``) and merges them into ``<out>``: their rows are replaced and
+every other row, flag and class report stays as the class's.  Every status and reason, and what copy
+detection flagged, is also in the gradebook (``scripts/tfmgrader/verdicts.py``: flagged submissions, the
+grader's comment, ``nbgrader export``'s status/reason/similar_to columns, Formgrader's ``/formgrader/flags``).  With grades.csv, for
 the instructor and changing no score (``scripts/tfmgrader/class_report.py``): copy detection (columns
 ``similar_to`` and ``similarity``, ``similarity.csv``, ``similarity.html``) and the class's mistakes per graded
 function (``mistakes.csv``, ``mistakes.png``).
@@ -56,12 +62,16 @@ def main(argv=None) -> int:
 
     from sqlalchemy.exc import SAWarning
     warnings.filterwarnings("ignore", category=SAWarning)  # nbgrader's own session bookkeeping
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    summary, _, details = __doc__.partition("\n\n")
+    parser = argparse.ArgumentParser(description=" ".join(summary.split()), epilog=details.replace("``", ""),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("assignments", nargs="+", metavar="assignment")
     parser.add_argument("--course", default=".", type=Path, help="course root (default: .)")
     parser.add_argument("--out", type=Path, help="output folder (default: <course>/grading/<assignment>); with "
                                                  "several assignments, the folder that holds one per assignment")
-    parser.add_argument("--students", help="comma-separated student ids (default: every submission)")
+    parser.add_argument("--students", help="comma-separated student ids: grade only these (those not graded yet, "
+                                           "or all of them with --regrade) and merge them into the class's "
+                                           "results (default: every submission)")
     parser.add_argument("--extra-config", type=Path, help="an nbgrader config file loaded last (e.g. longer "
                                                            "timeouts for a slow machine)")
     parser.add_argument("--jobs", type=int, default=default_jobs(),

@@ -70,10 +70,32 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
-class Hub:
-    """The hub of one test run: its folders, accounts and process, and calls to its REST API."""
+def load_roster_tool():
+    """scripts/hub/roster.py, the class's roster import (accounts and gradebook from one CSV)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("roster", REPO / "scripts" / "hub" / "roster.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def __init__(self, students: list[str]):
+
+def write_roster(path: Path, students: dict[str, tuple[str, str]]) -> Path:
+    """A roster CSV as a registrar exports it: ``{id: (first name, last name)}``."""
+    import csv
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "first_name", "last_name", "email"])
+        for sid, (first, last) in students.items():
+            writer.writerow([sid, first, last, f"{sid}@example.org"])
+    return path
+
+
+class Hub:
+    """The hub of one test run: its folders, accounts and process, and calls to its REST API.  The students come
+    from a roster CSV (``{id: (first name, last name)}``), imported by scripts/hub/roster.py: their Unix accounts
+    and their gradebook rows with real names."""
+
+    def __init__(self, students: dict[str, tuple[str, str]], spawn_limit: int = 10):
         self.base = Path(tempfile.mkdtemp(prefix="tfmhub-"))
         os.chmod(self.base, 0o755)
         self.state = self.base / "hub"
@@ -89,9 +111,15 @@ class Hub:
         self.proc: subprocess.Popen | None = None
         ensure_group(GROUP)
         self.add_account(INSTRUCTOR, group=None)
-        for s in students:
-            self.add_account(s)
         self.make_course()
+        self.roster = write_roster(self.base / "roster.csv", students)
+        tool = load_roster_tool()
+        started = time.monotonic()
+        tool.create_accounts(tool.read_roster(self.roster), GROUP, None)       # the accounts the roster lacks
+        for s in students:      # kept between runs: reset (empty home) with a password the test knows
+            self.add_account(s)
+        assert tool.main([str(self.roster), "--course", str(self.course)]) == 0      # the gradebook, with names
+        self.roster_s = time.monotonic() - started
         self.env = {
             **os.environ,
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
@@ -100,6 +128,7 @@ class Hub:
             "TFMHUB_PROXY": str(PROXY), "TFMHUB_INSTRUCTORS": INSTRUCTOR, "TFMHUB_GROUP": GROUP,
             "TFMHUB_COURSE": str(self.course), "TFMHUB_EXCHANGE": str(self.exchange),
             "TFMHUB_ADMIN_TOKEN": self.token, "GRADER_SELFCHECK": os.environ.get("GRADER_SELFCHECK", "0"),
+            "TFMHUB_SPAWN_LIMIT": str(spawn_limit),
         }
 
     def add_account(self, name: str, group: str | None = GROUP) -> None:
@@ -185,19 +214,24 @@ class Hub:
             raw = r.read()
         return json.loads(raw) if raw.strip() else None
 
-    def start_server(self, name: str, timeout: float = 180) -> None:
+    def start_server(self, name: str, timeout: float = 600) -> None:
         """Start ``name``'s server through the REST API (as the hub's spawn page does) and wait until it is up."""
         try:
             self.api("POST", f"/users/{name}")
         except urllib.error.HTTPError as e:
             if e.code != 409:           # 409: the user exists already
                 raise
-        try:
-            self.api("POST", f"/users/{name}/server")
-        except urllib.error.HTTPError as e:
-            if e.code != 400:           # 400: already running
-                raise
         deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.api("POST", f"/users/{name}/server")
+                break
+            except urllib.error.HTTPError as e:
+                if e.code == 400:           # already running
+                    break
+                if e.code != 429 or time.monotonic() > deadline:    # 429: the hub's spawn limit; come back later
+                    raise
+                time.sleep(float(e.headers.get("Retry-After") or 2) * (0.5 + secrets.randbelow(100) / 100))
         while not self.api("GET", f"/users/{name}")["servers"].get("", {}).get("ready"):
             if time.monotonic() > deadline:
                 raise AssertionError(f"{name}'s server did not start:\n{self.log()[-4000:]}")

@@ -1,6 +1,7 @@
 """The hardened grading set-up (scripts/tfmgrader): sandbox, scan, and a whole class graded in batches."""
 import csv
 import hashlib
+import re
 import os
 import shutil
 import sqlite3
@@ -8,6 +9,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import nbformat
@@ -394,6 +396,114 @@ def test_class_nobody_else_is_touched(graded_class):
     assert flood.stat().st_size < 1_000_000, "a 50 MB output line must be cut"
 
 
+def class_records(folder: Path) -> dict:
+    """What grade.py wrote about a class, less the seconds each submission took: grades.csv's rows, the
+    copy detection's entries and the mistakes' counts."""
+    def read(name):
+        with open(folder / name) as f:
+            return [{k: v for k, v in r.items() if k != "seconds"} for r in csv.DictReader(f)]
+    return {name: read(name) for name in ("grades.csv", "similarity.csv", "mistakes.csv")}
+
+
+def flagged_in_gradebook(course: Path, assignment: str) -> dict[str, int]:
+    """{student: nbgrader's flag of their submitted notebook} of one assignment."""
+    with sqlite3.connect(course / "gradebook.db") as db:
+        return dict(db.execute(
+            "select submitted_assignment.student_id, max(submitted_notebook.flagged) from submitted_notebook "
+            "join submitted_assignment on submitted_notebook.assignment_id = submitted_assignment.id "
+            "join assignment on submitted_assignment.assignment_id = assignment.id where assignment.name = ? "
+            "group by submitted_assignment.student_id", (assignment,)).fetchall())
+
+
+@pytest.mark.slow
+def test_grading_some_students_merges_into_the_class(graded_class):
+    """grade.py --students (with --regrade) grades those students again and leaves every other row, flag,
+    similarity entry and mistakes count of the class as it was."""
+    course, a = graded_class["course"], "03_self_attention"
+    folder = course / "grading" / a
+    before, flags = class_records(folder), flagged_in_gradebook(course, a)
+    student = "03c0-attack-rebind-allclose"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), a, "--course", str(course),
+                           "--students", student, "--regrade"], env=env, capture_output=True, text=True)
+    print(f"\none student graded again and merged into a class of {len(before['grades.csv'])} in "
+          f"{time.monotonic() - start:.1f} s")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert re.search(r"^1 submissions \(of \d+\), 0 already graded, 1 to grade", proc.stdout, re.M), proc.stdout[-2000:]
+    assert f"grades of all {len(before['grades.csv'])} submissions" in proc.stdout, proc.stdout[-2000:]
+    after = class_records(folder)
+    for name in before:
+        assert after[name] == before[name], name
+    assert flagged_in_gradebook(course, a) == flags
+    assert flags[student] == 1 and [r["status"] for r in after["grades.csv"] if r["student_id"] == student] == ["flagged"]
+
+
+@pytest.mark.slow
+def test_verdicts_in_the_gradebook_and_its_export(graded_class, tmp_path):
+    """Every verdict is in nbgrader's records: a submission the grader flagged, or whose code copy detection
+    flagged, is flagged in the gradebook (with the grader's reason as a comment), and `nbgrader export` (the
+    course's plugin) shows each student's status, reason and copy suspicion."""
+    from tfmgrader.verdicts import COMMENT_MARK
+    course, rows = graded_class["course"], graded_class["rows"]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(["nbgrader", "export", "--to", str(tmp_path / "export.csv")], cwd=course, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(tmp_path / "export.csv") as f:
+        exported = {(r["assignment"], r["student_id"]): r for r in csv.DictReader(f)}
+    assert {"status", "reason", "similar_to", "similarity"} <= set(next(iter(exported.values())))
+    for student, row in rows.items():
+        e = exported[(row["assignment"], student)]
+        assert (e["status"], e["reason"]) == (row["status"], row["reason"]), (student, e, row)
+        if row["status"] != "invalid notebook":
+            assert float(e["score"]) == float(row["score"]), (student, e, row)
+        assert ("(flagged)" in row["similar_to"]) == bool(e["similar_to"]), (student, e, row)
+    for a in ASSIGNMENTS:
+        flagged = flagged_in_gradebook(course, a)
+        for (assignment, student), e in exported.items():
+            if assignment == a and student in flagged:
+                assert flagged[student] == (e["status"] != "graded" or bool(e["similar_to"])), (student, e)
+    assert "03c0-attack-rebind-allclose" in {s for (a, s), e in exported.items() if e["status"] == "flagged"}
+    with sqlite3.connect(course / "gradebook.db") as db:
+        comments = [c for (c,) in db.execute(
+            "select comment.auto_comment from comment join submitted_notebook on comment.notebook_id = "
+            "submitted_notebook.id join submitted_assignment on submitted_notebook.assignment_id = "
+            "submitted_assignment.id where submitted_assignment.student_id = ?", ("03c0-attack-rebind-allclose",))]
+    import json
+    honest = json.loads((course / "grading" / "01_rnn_limits" / "reports" / "01c0-correct-plain.json").read_text())
+    assert "has changed" not in honest["nbgrader_log"], "an honest submission's grading warns of nothing"
+    reason = rows["03c0-attack-rebind-allclose"]["reason"]
+    assert any(c and c.startswith(f"{COMMENT_MARK}: flagged") and reason in c for c in comments), comments
+
+
+def test_a_changed_limit_grades_again_and_says_why(tmp_path, monkeypatch):
+    """The fingerprint of what was graded holds the grader's limits: a submission graded with
+    GRADER_CELL_TIMEOUT=30 is graded again when it is 60, and the reason names the limit and both values."""
+    from tfmgrader.batch import State, plan, submissions
+    from tfmgrader.course import api_from_config, load_config
+    a = "03_self_attention"
+    shutil.copy(ROOT / "nbgrader_config.py", tmp_path)
+    shutil.copytree(ROOT / "solutions" / a, tmp_path / "solutions" / a)
+    for student in ("ada", "bob"):
+        shutil.copytree(ROOT / "notebooks" / a, tmp_path / "submitted" / student / a)
+    coursedir = api_from_config(load_config(tmp_path))[1]
+    monkeypatch.delenv("GRADER_CELL_TIMEOUT", raising=False)
+    students, fps = submissions(tmp_path, coursedir, a, [f"{a}.ipynb"], None, None)
+    state = State(tmp_path / "out")
+    for s in students:
+        state.mark_done(s, {"student_id": s}, fps[s])
+    assert plan(students, fps, state, set(students), regrade=False) == ([], {})
+    monkeypatch.setenv("GRADER_CELL_TIMEOUT", "60")
+    _, changed = submissions(tmp_path, coursedir, a, [f"{a}.ipynb"], None, None)
+    todo, why = plan(students, changed, state, set(students), regrade=False)
+    assert todo == ["ada", "bob"]
+    assert why["ada"] == "the grader's limits changed since it was graded (GRADER_CELL_TIMEOUT 30 -> 60)"
+    monkeypatch.setenv("GRADER_CELL_TIMEOUT", "30")     # the same value, set explicitly: nothing to grade
+    assert plan(students, submissions(tmp_path, coursedir, a, [f"{a}.ipynb"], None, None)[1], state,
+                set(students), regrade=False) == ([], {})
+
+
 # --- the default path: plain `nbgrader autograde` with the course's nbgrader_config.py ----------------
 
 def new_course(root: Path, assignments: list[str]) -> dict:
@@ -456,6 +566,11 @@ def test_default_autograde_grades_the_whole_suite(tmp_path):
             assert flags_of(g["report"]), (student, g)
     with sqlite3.connect(tmp_path / "gradebook.db") as db:
         assert db.execute("select count(*) from grade where manual_score is not null").fetchone()[0] == 0
+    # Formgrader's flag column: what the grader flagged is flagged in the gradebook, an honest answer is not
+    flagged = flagged_in_gradebook(tmp_path, a)
+    for student, e in expected.items():
+        if e["expect"] in ("flag", "full"):
+            assert flagged[student] == (e["expect"] == "flag"), (student, e)
 
 
 TAMPERING = ["module-attributes", "namespace-dict", "vars", "setattr", "sys-modules", "code-object",
@@ -634,3 +749,129 @@ def test_exchange_round_trip_with_two_student_accounts():
         text = html[0].read_text()
         assert grades[user]["max_score"].rstrip("0").rstrip(".") in text
     shutil.rmtree(work, ignore_errors=True)
+
+
+def test_mistakes_count_cascades_and_withheld_answers_on_their_own_rows(tmp_path):
+    """mistakes.csv: a failure the feedback blames on another function ("fix ... first") counts against that
+    function, not as "no named cause"; a withheld answer has a row of its own."""
+    from tfmcheck.feedback import CATALOGUE, fix_first
+    from tfmcheck import checking as check
+    from tfmgrader import mistakes
+    source = ROOT / "solutions" / "03_self_attention" / "03_self_attention.ipynb"
+    first = CATALOGUE["scaled_dot_product_attention"][0]
+    cascade = str(fix_first(check.CheckFailure("out: values differ"), "out", "self_attention",
+                            ["scaled_dot_product_attention"], cause="only"))
+
+    def graded(name, outputs):
+        nb = nbformat.read(source, as_version=4)
+        for cell in nb.cells:
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if gid in outputs:
+                cell.outputs = [nbformat.v4.new_output("error", ename=e, evalue=v, traceback=[])
+                                for e, v in [outputs[gid]]]
+        nbformat.write(nb, tmp_path / name)
+        return [tmp_path / name]
+    withheld = graded("withheld.ipynb", {
+        "sdpa": ("RuntimeError", f"{mistakes.WITHHELD} and will be reviewed by an instructor: assigns to 'x'"),
+        "test_sdpa_values": ("NameError", "name 'scaled_dot_product_attention' is not defined")})
+    wrong = graded("wrong.ipynb", {"test_sdpa_values": ("CheckFailure", f"weights: {first.sentence}"),
+                                   "test_self_attention": ("CheckFailure", cascade)})
+    rows = mistakes.aggregate("03_self_attention", [source], {"s1": withheld, "s2": wrong})
+    got = {(r["function"], r["kind"], r["mistake"]): r["students"] for r in rows}
+    assert got[("scaled_dot_product_attention", "failed", "")] == 2
+    assert got[("scaled_dot_product_attention", "answer withheld", "")] == 1
+    assert got[("scaled_dot_product_attention", "named mistake", first.name)] == 1
+    assert got[("scaled_dot_product_attention", "no named cause", "")] == 0
+    assert got[("self_attention", "caused by another function", "scaled_dot_product_attention")] == 1
+    assert got[("self_attention", "no named cause", "")] == 0
+    mistakes.plot(tmp_path / "mistakes.png", "03_self_attention", rows)
+
+
+def test_a_long_reason_wraps_between_words():
+    from tfmgrader.batch import row_lines
+    reason = "cell 4, line 5: assigns to 'torch.allclose' (answers may only set attributes of their own objects)"
+    lines = row_lines({"student_id": "s", "score": 0, "max_score": 11, "status": "flagged", "seconds": 1.0,
+                       "reason": reason * 2}, width=80)
+    assert len(lines) > 1 and all(len(line) <= 80 for line in lines), lines
+    assert " ".join(" ".join(line.split()) for line in lines).endswith(" ".join((reason * 2).split()))
+    for width in (100, 200):
+        lines = row_lines({"student_id": "s", "score": 0, "max_score": 11, "status": "flagged", "seconds": 1.0,
+                           "reason": reason}, width=width)
+        assert all(len(line) <= width for line in lines), lines
+
+
+def test_grade_help_is_complete(capsys):
+    """grade.py --help: the whole first sentence, every option, and the docstring's details to the end."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import grade
+    with pytest.raises(SystemExit):
+        grade.main(["--help"])
+    text = capsys.readouterr().out
+    assert "and write grades.csv and a report per submission." in text
+    assert "--students" in text and "merge them into the class's results" in text
+    assert text.rstrip().endswith("does not get full marks.")
+    assert "GRADER_CELL_TIMEOUT=60" in text and "``" not in text
+
+
+def test_some_students_merge_into_the_rows_of_the_class(tmp_path):
+    """write_grades: with --students, the class of an output folder is those selected now plus those graded into
+    it before; every row of that class is written, the others as they were."""
+    from tfmgrader.batch import State, write_grades
+    students, fps = ["ada", "bob", "eve"], {"ada": "1", "bob": "2", "eve": "3"}
+    state = State(tmp_path)
+    for s in students:
+        state.mark_done(s, {"student_id": s, "score": 1.0, "status": "graded", "reason": ""}, fps[s])
+    complete, klass = write_grades(tmp_path, students, ["bob"], fps, state, None, {"bob"})
+    assert klass == students and set(complete) == set(students)
+    with open(tmp_path / "grades.csv") as f:
+        assert [r["student_id"] for r in csv.DictReader(f)] == students
+    fresh = State(tmp_path / "fresh")       # a new folder: the class is the students selected
+    fresh.mark_done("bob", {"student_id": "bob"}, fps["bob"])
+    assert write_grades(tmp_path / "fresh", students, ["bob"], fps, fresh, None, {"bob"})[1] == ["bob"]
+    stale = {**fps, "eve": "changed"}       # eve's submission changed since: grades.csv waits for her
+    (tmp_path / "grades.csv").unlink()
+    assert write_grades(tmp_path, students, ["bob"], stale, state, None, {"bob"})[1] == students
+    assert not (tmp_path / "grades.csv").exists()
+
+
+def test_verdicts_flag_the_gradebook_and_reach_export_and_formgrader(tmp_path):
+    """verdicts.save: a flagged status flags the submission with the grader's comment; a later clean grade
+    clears both; an instructor's own flag is kept; a copy suspicion flags without a comment; the export plugin
+    and Formgrader's flags page show them all."""
+    from nbgrader.api import Gradebook
+    from tfmgrader import verdicts
+    from tfmgrader.export import export_rows
+    from tfmgrader.formgrader_page import render, review_rows
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    with Gradebook(url) as gb:
+        gb.add_assignment("a1")
+        gb.add_notebook("nb", "a1")
+        gb.add_solution_cell("answer", "nb", "a1")
+        gb.add_grade_cell("test", "nb", "a1", max_score=2, cell_type="code")
+        for s, (first, last) in {"ada": ("Ada", "L"), "bob": ("Bob", "B"), "eve": ("Eve", "E")}.items():
+            gb.add_student(s, first_name=first, last_name=last)
+            gb.add_submission("a1", s)
+
+    def state(student):
+        with Gradebook(url) as gb:
+            nb = gb.find_submission_notebook("nb", "a1", student)
+            return nb.flagged, nb.comments[0].auto_comment
+    verdicts.save(url, "a1", "ada", comment_cell=("nb", "answer"), status="flagged", reason="assigns to 'x'")
+    verdicts.save(url, "a1", "bob", comment_cell=("nb", "answer"), status="graded", reason="")
+    verdicts.save_many(url, "a1", {"eve": {"similar_to": "f ~ tfmlib: f (0.97)", "similarity": "0.97"},
+                                   "bob": {"similar_to": "", "similarity": ""}})
+    assert state("ada") == (True, f"{verdicts.COMMENT_MARK}: flagged. assigns to 'x'")
+    assert state("bob") == (False, None) and state("eve") == (True, None)
+    rows = {r["student_id"]: r for r in export_rows(Gradebook(url))}
+    assert (rows["ada"]["status"], rows["ada"]["reason"], rows["eve"]["similar_to"]) == (
+        "flagged", "assigns to 'x'", "f ~ tfmlib: f (0.97)")
+    page = render(review_rows(url), "/user/i/")
+    assert "Ada L (ada)" in page and "assigns to &#x27;x&#x27;" in page and "f ~ tfmlib: f (0.97)" in page
+    assert "data-student='bob'" not in page
+    verdicts.save(url, "a1", "ada", status="graded", reason="")        # graded again, clean: unflagged
+    assert state("ada") == (False, None)
+    with Gradebook(url) as gb:                                          # the instructor flags bob by hand
+        gb.find_submission_notebook("nb", "a1", "bob").flagged = True
+        gb.db.commit()
+    verdicts.save(url, "a1", "bob", status="graded", reason="")
+    assert state("bob")[0] is True

@@ -1,16 +1,19 @@
 """A graded class on a real JupyterHub (issue 21), started by the tests: scripts/hub/jupyterhub_config.py with its
-proxy (configurable-http-proxy from npm), Unix accounts for one instructor and the students (PAM logins),
-nbgrader's exchange in a shared folder, and each role's nbgrader tools (tests/hub_class.py builds all of it).
+proxy (configurable-http-proxy from npm), Unix accounts for one instructor and the students (PAM logins; the
+students' accounts and gradebook names from a roster CSV, scripts/hub/roster.py), nbgrader's exchange in a
+shared folder, and each role's nbgrader tools (tests/hub_class.py builds all of it).
 
 The browser test drives the real web UI in headless Chromium: the instructor generates and releases
 03_self_attention in Formgrader; three students log in, fetch it from Assignment List, write an answer
 (correct, wrong, hostile), Validate and submit; the instructor collects and autogrades in Formgrader (the
-course's hardened pipeline: the hostile one is flagged and scores less than full) and releases feedback; each
+course's hardened pipeline: the hostile one is flagged and scores less than full; Formgrader's notebook list
+shows its flag and its flags page the reason, the students have their names) and releases feedback; each
 student fetches the feedback and reads it, the named mistake included.  A screenshot of each step goes to
 artifacts/hub/ (git-ignored).
 
 The second test plays failure and load through the hub's REST API and each user's own server API (their
-tokens): ten students submit at the same moment, the hub is restarted in the middle of the class, one student
+tokens): 50 students from the roster start their servers at once (the hub starts 10 at a time) and submit at
+the same moment, the hub is restarted in the middle of the class, one student
 submits twice, one after the deadline; every submission is collected and graded, the later one of the two
 counts, and the late one is marked late.
 """
@@ -38,7 +41,12 @@ OUT = REPO / "artifacts" / "hub"
 WAIT_S = 180
 COURSE_ID = "transformers-from-scratch"
 STUDENTS = {"tfmhub_student1": "correct", "tfmhub_student2": "wrong", "tfmhub_student3": "hostile"}
-LOAD = [f"tfmhub_load{i:02d}" for i in range(1, 11)]
+NAMES = {"tfmhub_student1": ("Ada", "Lovelace"), "tfmhub_student2": ("Alan", "Turing"),
+         "tfmhub_student3": ("Mallory", "Hostile")}
+# The load test's class: LOAD_SIZE students from the roster, started at once by a hub that spawns at most
+# SPAWN_LIMIT at a time (JupyterHub's concurrent_spawn_limit; the others are told to retry, as a browser is).
+LOAD_SIZE, SPAWN_LIMIT = int(os.environ.get("TFMHUB_LOAD_SIZE", "50")), 10
+LOAD = [f"tfmhub_load{i:02d}" for i in range(1, LOAD_SIZE + 1)]
 TWICE, LATE = LOAD[0], LOAD[-1]
 NAMED_MISTAKE = "Your scores are not divided by √d_k."
 WITHHELD = "This answer was withheld from grading and will be reviewed by an instructor"   # the scan's note
@@ -66,7 +74,7 @@ def require_hub_tools() -> None:
 @pytest.fixture(scope="module")
 def hub():
     require_hub_tools()
-    h = Hub(list(STUDENTS) + LOAD)
+    h = Hub({**NAMES, **{u: ("Load", f"Student {u[-2:]}") for u in LOAD}}, spawn_limit=SPAWN_LIMIT)
     try:
         h.start()
         yield h
@@ -253,6 +261,16 @@ def gradebook_rows(hub: Hub) -> dict[str, dict]:
                 for s in gb.assignment_submissions(ASSIGNMENT)}
 
 
+def flagged_in_gradebook(hub: Hub) -> dict[str, int]:
+    """{student: nbgrader's flag of their submitted notebook of ASSIGNMENT}."""
+    import sqlite3
+    with sqlite3.connect(hub.course / "gradebook.db") as db:
+        return dict(db.execute(
+            "select submitted_assignment.student_id, max(submitted_notebook.flagged) from submitted_notebook "
+            "join submitted_assignment on submitted_notebook.assignment_id = submitted_assignment.id "
+            "group by submitted_assignment.student_id").fetchall())
+
+
 def report_flags(hub: Hub, student: str) -> list[str]:
     """What the hardened grader's report on ``student`` flags (the scan's findings, forged results, ...)."""
     path = hub.course / "grading" / "reports" / ASSIGNMENT / f"{student}.json"
@@ -343,6 +361,28 @@ def test_class_on_the_hub_in_the_browser(hub, browser):
         assert (hub.course / "grading" / "reports" / ASSIGNMENT / f"{student}.json").exists(), student
     assert report_flags(hub, "tfmhub_student3"), "the hostile submission must be flagged by the hardened grader"
     assert not report_flags(hub, "tfmhub_student1") and not report_flags(hub, "tfmhub_student2")
+    # Formgrader shows the flag where the instructor grades: the gradebook's flag column (one row flagged), and
+    # the course's page of flags with the reason; the students have the roster's names.
+    flags = flagged_in_gradebook(hub)
+    assert {s: flags.get(s) for s in STUDENTS} == {"tfmhub_student1": 0, "tfmhub_student2": 0, "tfmhub_student3": 1}
+    ui.formgrader(f"gradebook/{ASSIGNMENT}/{ASSIGNMENT}")
+    ui.wait(lambda: ui.js("return document.querySelectorAll('#main-table tr td.flagged').length;") == 3,
+            "Formgrader's notebook submissions")
+    assert ui.js("return document.querySelectorAll('#main-table td.flagged .glyphicon-flag').length;") == 1
+    ui.js("const b = [...document.querySelectorAll('button')].find(b => b.innerText.includes('Show All Names'));"
+          "if (b) b.click();")      # the roster's names in place of "Submission #n", for the screenshot
+    ui.shot("gradebook_flagged")
+    ui.d.get(f"{hub.url}/user/{INSTRUCTOR}/formgrader/flags")
+    ui.wait(lambda: ui.js("return !!document.querySelector('tr[data-student=\"tfmhub_student3\"]');"), "the flags page")
+    flagged_row = ui.js("return document.querySelector('tr[data-student=\"tfmhub_student3\"]').innerText;")
+    assert "Mallory Hostile" in flagged_row and "flagged" in flagged_row, flagged_row
+    assert "assigns to 'torch.allclose'" in flagged_row, flagged_row     # the grader's reason, on the page
+    assert "tfmhub_student1" not in ui.text() and "tfmhub_student2" not in ui.text()
+    ui.shot("formgrader_flags")
+    ui.formgrader("manage_students")
+    ui.wait(lambda: "Lovelace" in ui.text(), "the roster's names")
+    assert "None, None" not in ui.text()
+    ui.shot("students_named")
     ui.formgrader()
     ui.formgrader_action(ASSIGNMENT, "generate-feedback", "Successfully generated feedback of")
     ui.formgrader_action(ASSIGNMENT, "release-feedback", "Successfully released feedback of")
@@ -424,11 +464,13 @@ def test_class_survives_load_restarts_resubmissions_and_deadlines(hub):
         assert formgrader_api(hub, instructor, "POST", f"assignment/{ASSIGNMENT}/assign")["success"]
         assert formgrader_api(hub, instructor, "POST", f"assignment/{ASSIGNMENT}/release")["success"]
 
-    # Ten students start their servers together (the hub spawns them at once), fetch, and answer.
+    # The whole class starts its servers at the same moment; the hub starts SPAWN_LIMIT at a time and asks the
+    # others to come back (429), as its spawn page does; then everyone fetches and answers.
     started = time.monotonic()
     errors = {u: e for u, e in in_parallel(hub.start_server, LOAD).items() if e is not None}
     assert not errors, errors
     spawn_s = time.monotonic() - started
+    assert "pending spawns, throttling" in hub.log() or LOAD_SIZE <= SPAWN_LIMIT, "the spawn limit was never reached"
     tokens = {u: hub.user_token(u) for u in LOAD}
 
     def fetch_and_answer(user):
@@ -437,7 +479,7 @@ def test_class_survives_load_restarts_resubmissions_and_deadlines(hub):
     errors = {u: e for u, e in in_parallel(fetch_and_answer, LOAD).items() if e is not None}
     assert not errors, errors
 
-    # All ten submit at the same moment.
+    # Everyone submits at the same moment.
     results = in_parallel(lambda u: submit(hub, u, tokens[u]), LOAD)
     failed = {u: r for u, r in results.items() if isinstance(r, Exception) or (isinstance(r, dict) and r.get("success") is False)}
     assert not failed, failed
@@ -475,7 +517,8 @@ def test_class_survives_load_restarts_resubmissions_and_deadlines(hub):
     grade_s = time.monotonic() - started
     assert all(r["success"] for r in graded.values()), {u: r.get("error", "")[-2000:] for u, r in graded.items()}
     grades = gradebook_rows(hub)
-    print(f"ten servers started in {spawn_s:.1f} s; ten submissions autograded in {grade_s:.1f} s")
+    print(f"{LOAD_SIZE} servers started in {spawn_s:.1f} s (at most {SPAWN_LIMIT} at a time); "
+          f"{LOAD_SIZE} submissions autograded in {grade_s:.1f} s")
     for user in LOAD:
         assert grades[user]["score"] == grades[user]["max_score"] > 0, (user, grades.get(user))
     # the wrong first submission scored full marks above only if the later one was graded; and it is the later
@@ -526,6 +569,45 @@ def test_the_hub_configuration_pins_and_defaults(monkeypatch):
     assert "services" not in cfg.JupyterHub, "no admin token unless TFMHUB_ADMIN_TOKEN is set"
     assert '"jupyterhub==6.1.1"' in (REPO / "pyproject.toml").read_text()
     assert "PROXY_VERSION := 5.3.0" in (REPO / "Makefile").read_text()
+    assert cfg.JupyterHub.authenticator_class == "pam"
+
+
+def test_single_sign_on_swaps_the_authenticator_and_admits_the_roster(monkeypatch, tmp_path):
+    """TFMHUB_AUTHENTICATOR swaps PAM for another authenticator (here JupyterHub's own "dummy"), its settings come
+    from TFMHUB_AUTH_CONFIG, and the class who may log in is the roster's students."""
+    from hub_class import write_roster
+    for name in [k for k in os.environ if k.startswith("TFMHUB_")]:
+        monkeypatch.delenv(name)
+    settings = tmp_path / "sso.py"
+    settings.write_text("c = get_config()\nc.DummyAuthenticator.password = 'class-secret'\n")
+    monkeypatch.setenv("TFMHUB_AUTHENTICATOR", "dummy")
+    monkeypatch.setenv("TFMHUB_AUTH_CONFIG", str(settings))
+    monkeypatch.setenv("TFMHUB_ROSTER", str(write_roster(tmp_path / "roster.csv", {"ada": ("Ada", "L"), "bob": ("B", "C")})))
+    cfg = _load("jupyterhub_config.py")
+    assert cfg.JupyterHub.authenticator_class == "dummy"
+    assert cfg.Authenticator.allowed_users == {"instructor", "ada", "bob"}
+    assert cfg.DummyAuthenticator.password == "class-secret"
+    assert "PAMAuthenticator" not in cfg
+    from jupyterhub.app import JupyterHub
+    assert JupyterHub(authenticator_class="dummy").authenticator_class.__name__ == "DummyAuthenticator"
+
+
+def test_a_roster_is_checked_before_anything_changes(tmp_path):
+    """roster.py refuses a roster with a bad or repeated id as a whole, and imports a good one into the gradebook
+    with names (run again, it updates and creates nothing twice)."""
+    from hub_class import load_roster_tool, write_roster
+    tool = load_roster_tool()
+    bad = write_roster(tmp_path / "bad.csv", {"ada": ("Ada", "L"), "Bob Smith": ("Bob", "S")})
+    with pytest.raises(SystemExit, match="line 3: 'Bob Smith' is not a valid login name"):
+        tool.read_roster(bad)
+    shutil.copy(REPO / "nbgrader_config.py", tmp_path)
+    good = write_roster(tmp_path / "good.csv", {"ada": ("Ada", "Lovelace"), "alan": ("Alan", "Turing")})
+    assert tool.main([str(good), "--course", str(tmp_path)]) == 0
+    assert tool.main([str(good), "--course", str(tmp_path)]) == 0
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gb:
+        assert sorted((s.id, s.first_name, s.last_name, s.email) for s in gb.students) == [
+            ("ada", "Ada", "Lovelace", "ada@example.org"), ("alan", "Alan", "Turing", "alan@example.org")]
 
 
 def test_the_spawner_views_python_only_when_others_cannot_read_it(tmp_path):

@@ -391,6 +391,7 @@ def test_learner_mode_keeps_validate_and_drops_the_instructor_tools():
     assert ext["course_lab"] is True and ext["nbgrader.server_extensions.validate_assignment"] is False
     assert cfg.ServerApp.contents_manager_class.__name__ == "ChapterKeepingContentsManager"
     assert not any(ext[f"nbgrader.server_extensions.{e}"] for e in ("formgrader", "assignment_list", "course_list"))
+    assert ext["tfmgrader.formgrader_page"] is False
     assert cfg.ServerApp.root_dir == str(REPO)
     assert cfg.ServerApp.get("allow_root", False) == (os.geteuid() == 0)
     page = json.loads((REPO / "scripts" / "lab" / "learner" / "labconfig" / "page_config.json").read_text())
@@ -410,7 +411,8 @@ def test_instructor_mode_has_formgrader_on_this_course():
     cfg = _load("instructor", "jupyter_server_config.py")
     ext = cfg.ServerApp.jpserver_extensions
     assert ext.pop("nbgrader.server_extensions.validate_assignment") is False  # course_lab serves Validate
-    assert all(ext.values()) and len(ext) == 4 and "course_lab" in ext
+    assert all(ext.values()) and len(ext) == 5 and "course_lab" in ext
+    assert "tfmgrader.formgrader_page" in ext       # Formgrader's page of the grader's flags
     nbg = _load("instructor", "nbgrader_config.py")
     assert nbg.CourseDirectory.root == str(REPO)
     assert nbg.CourseDirectory.source_directory == "solutions" and nbg.CourseDirectory.release_directory == "notebooks"

@@ -37,12 +37,26 @@ c.JupyterHub.pid_file = str(STATE / "jupyterhub.pid")
 # finds them again from its database when it comes back.
 c.JupyterHub.cleanup_servers = False
 
-# Who may log in: the instructors (the hub's admins) and the class's Unix group.
-c.JupyterHub.authenticator_class = "pam"
-c.PAMAuthenticator.open_sessions = False
+# Who may log in: the instructors (the hub's admins) and the class.  By default Unix accounts and passwords (PAM),
+# the class being the Unix group TFMHUB_GROUP.  For single sign-on, TFMHUB_AUTHENTICATOR names another
+# authenticator (an entry point such as "generic-oauth" from the oauthenticator package, or a class such as
+# "ltiauthenticator.lti13.auth.LTI13Authenticator"), TFMHUB_AUTH_CONFIG a file of its settings (client id,
+# secret, URLs, which claim is the login name), and the class is the roster's students (TFMHUB_ROSTER, the CSV
+# scripts/hub/roster.py created their accounts from: the login name must be the roster's id).
+AUTHENTICATOR = env("TFMHUB_AUTHENTICATOR", "pam")
+c.JupyterHub.authenticator_class = AUTHENTICATOR
 c.Authenticator.admin_users = INSTRUCTORS
 c.Authenticator.allowed_users = INSTRUCTORS
-c.PAMAuthenticator.allowed_groups = {env("TFMHUB_GROUP", "students")}
+if AUTHENTICATOR == "pam":
+    c.PAMAuthenticator.open_sessions = False
+    c.PAMAuthenticator.allowed_groups = {env("TFMHUB_GROUP", "students")}
+if env("TFMHUB_ROSTER"):
+    import csv
+
+    with open(env("TFMHUB_ROSTER"), newline="", encoding="utf-8-sig") as roster:
+        c.Authenticator.allowed_users = INSTRUCTORS | {row["id"].strip() for row in csv.DictReader(roster)}
+if env("TFMHUB_AUTH_CONFIG"):
+    load_subconfig(env("TFMHUB_AUTH_CONFIG"))  # noqa: F821  (provided by traitlets when it loads this file)
 
 # Each user's server: JupyterLab, as that user's Unix account, in the role's folder with the role's tools.
 c.JupyterHub.spawner_class = CourseSpawner
@@ -51,6 +65,8 @@ c.CourseSpawner.course_root = env("TFMHUB_COURSE", "/srv/nbgrader/course")
 c.CourseSpawner.exchange = env("TFMHUB_EXCHANGE", "/srv/nbgrader/exchange")
 c.CourseSpawner.singleuser = [str(Path(sys.executable).parent / "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
+# How many servers start at once (JupyterHub's default 100); a login past it is asked to retry in a moment.
+c.JupyterHub.concurrent_spawn_limit = int(env("TFMHUB_SPAWN_LIMIT", "100"))
 c.Spawner.start_timeout = int(env("TFMHUB_START_TIMEOUT", "120"))
 c.Spawner.http_timeout = int(env("TFMHUB_START_TIMEOUT", "120"))
 

@@ -38,4 +38,5 @@ def configure(c, instructor: bool, hub: bool = False):
         "nbgrader.server_extensions.formgrader": instructor,
         "nbgrader.server_extensions.assignment_list": instructor or hub,
         "nbgrader.server_extensions.course_list": instructor,
+        "tfmgrader.formgrader_page": instructor,   # Formgrader's page of the grader's flags: /formgrader/flags
     }

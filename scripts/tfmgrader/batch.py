@@ -35,10 +35,31 @@ def shard_of(student: str, n: int) -> int:
     return int.from_bytes(hashlib.sha256(student.encode()).digest()[:8], "big") % n
 
 
-def fingerprint(root: Path, files: list[Path]) -> str:
-    """A digest of the files' names (relative to ``root``) and contents: a completion marker is valid only
-    for what was graded."""
-    digest = hashlib.sha256()
+def grading_settings() -> dict[str, int]:
+    """The settings a grade depends on beyond the files: every limit of ``limits.json`` as this run applies it
+    (its environment variable, else its default), e.g. ``GRADER_CELL_TIMEOUT``."""
+    from tfmgrader.limits import LIMITS
+
+    return {name: limit(name) for name in sorted(LIMITS)}
+
+
+def settings_changed(before: dict | None, now: dict[str, int]) -> str:
+    """What changed between the settings of an earlier grade and these, in words ('' when nothing did)."""
+    if before is None:
+        return ""
+    changed = [f"{k} {before.get(k, 'unset')} -> {now.get(k, 'unset')}" for k in sorted(set(before) | set(now))
+               if before.get(k) != now.get(k)]
+    return ", ".join(changed)
+
+
+#: The grading configuration a grade depends on, besides the course's nbgrader_config.py and --extra-config.
+CONFIG_FILES = [Path(__file__).with_name(n) for n in ("hardened.py", "grading_config.py", "limits.json")]
+
+
+def fingerprint(root: Path, files: list[Path], settings: dict | None = None) -> str:
+    """A digest of the files' names (relative to ``root``) and contents and of ``settings`` (the limits): a
+    completion marker is valid only for what was graded, and under the limits it was graded with."""
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode() if settings else b"")
     for path in files:
         digest.update(str(path.relative_to(root) if path.is_relative_to(root) else path).encode() + b"\0")
         digest.update(path.read_bytes() if path.is_file() else b"<missing>")
@@ -75,7 +96,7 @@ class State:
         """``saved``: the grade is in the gradebook; ``too_busy``: the machine was too loaded to grade it;
         ``env_error``: its setup cell failed (the environment's fault).  A re-run grades either again."""
         self._write(f"{student}.done", {"row": row, "fingerprint": fp, "saved": saved, "too_busy": too_busy,
-                                        "env_error": env_error})
+                                        "env_error": env_error, "settings": grading_settings()})
         (self.folder / f"{student}.started").unlink(missing_ok=True)
 
 
@@ -174,14 +195,37 @@ def grade_one(student: str, fp: str, regraded: str = "") -> dict:
     write_json(out / "reports" / f"{student}.json",
                {**row, "retried": retried, "regraded": regraded, "files": report.submitted_files(),
                 "nbgrader_log": (result.get("log") or "")[-4000:]})
+    try:        # the verdict in the gradebook's records too (RecordVerdict saved the kernel's; this is final)
+        from tfmgrader import verdicts
+        verdicts.save(w["db_url"], assignment, student, status=str(status), reason=reason)
+    except Exception as err:  # noqa: BLE001 - the grade stands; a re-run of the class reports saves it again
+        print(f"{student}: could not save the verdict in the gradebook ({type(err).__name__}: {err})", flush=True)
     state.mark_done(student, row, fp, saved=bool(result.get("success")), too_busy=bool(why),
                     env_error=status is Status.ENVIRONMENT_ERROR)
     return row
 
 
+def row_lines(row: dict, width: int = 100) -> list[str]:
+    """One submission's line of the run's output; a long reason wraps at ``width`` (between words, never
+    cut), its continuation lines indented under the reason's start.  The whole reason is in grades.csv."""
+    import textwrap
+
+    head = (f"{row['student_id']:>24}  {row['score']:6.2f}/{row['max_score']:<6g} {row['status']:<16} "
+            f"{row['seconds']:5.1f} s  ")
+    if not row["reason"]:
+        return [head.rstrip()]
+    wrap = dict(break_long_words=False, break_on_hyphens=False)
+    if len(head) + 30 > width:       # a narrow terminal: the reason on lines of its own
+        return [head.rstrip()] + textwrap.wrap(row["reason"], width=max(width, 40), initial_indent=" " * 8,
+                                               subsequent_indent=" " * 8, **wrap)
+    indent = " " * 8 if len(head) > width // 2 else " " * len(head)
+    return textwrap.wrap(row["reason"], width=width, initial_indent=head, subsequent_indent=indent, **wrap)
+
+
 def print_row(row: dict) -> None:
-    print(f"{row['student_id']:>24}  {row['score']:6.2f}/{row['max_score']:<6g} {row['status']:<16} "
-          f"{row['seconds']:5.1f} s  {row['reason'][:90]}", flush=True)
+    import shutil
+
+    print("\n".join(row_lines(row, shutil.get_terminal_size((100, 24)).columns)), flush=True)
 
 
 def default_jobs() -> int:
@@ -212,7 +256,9 @@ def plan(students: list[str], fps: dict[str, str], state: State, in_gradebook: s
         if state.started(s):
             regraded[s] = "a previous run started grading it and stopped before it finished"
         elif done is not None and done["fingerprint"] != fps[s]:
-            regraded[s] = "the submission, the assignment or the configuration changed since it was graded"
+            changed = settings_changed(done.get("settings"), grading_settings())
+            regraded[s] = (f"the grader's limits changed since it was graded ({changed})" if changed else
+                           "the submission, the assignment or the grading configuration changed since it was graded")
         elif done is not None and done.get("too_busy"):
             regraded[s] = "the grading machine was too busy to grade it last time"
         elif done is not None and done.get("env_error"):
@@ -220,6 +266,14 @@ def plan(students: list[str], fps: dict[str, str], state: State, in_gradebook: s
         elif done is not None:
             regraded[s] = "its grade was missing from the gradebook"
     return todo, regraded
+
+
+def group_reasons(regraded: dict[str, str]) -> dict[str, list[str]]:
+    """{why: [students]} of the submissions graded again (one line per reason, not per student)."""
+    groups: dict[str, list[str]] = {}
+    for s, why in sorted(regraded.items()):
+        groups.setdefault(why, []).append(s)
+    return groups
 
 
 def run_batch(todo: list[str], fps: dict[str, str], regraded: dict[str, str], jobs: int,
@@ -271,16 +325,16 @@ def gradebook_facts(coursedir, assignment: str) -> tuple[float, set[str]]:
 
 def submissions(course: Path, coursedir, assignment: str, expected: list[str], extra_config: Path | None,
                 only: list[str] | None) -> tuple[list[str], dict[str, str]]:
-    """(the students who submitted ``assignment``, in order; {student: fingerprint of what is graded}): the
-    submission's files, the assignment's source and the configuration."""
+    """(every student who submitted ``assignment``, in order; {student: fingerprint of what is graded}): the
+    submission's files, the assignment's source and the configuration.  ``only`` (``--students``) does not
+    narrow the class (see ``write_grades``)."""
     submitted = course / coursedir.submitted_directory
     students = sorted(p.parent.name for p in submitted.glob(f"*/{assignment}") if p.is_dir())
-    if only:
-        students = [s for s in students if s in set(only)]
     common = [course / coursedir.source_directory / assignment / n for n in expected]
-    common += [p for p in (course / "nbgrader_config.py", extra_config) if p is not None]
-    fps = {s: fingerprint(course, common + sorted(p for p in (submitted / s / assignment).rglob("*") if p.is_file()))
-           for s in students}
+    common += [p for p in (course / "nbgrader_config.py", extra_config) if p is not None] + CONFIG_FILES
+    settings = grading_settings()
+    fps = {s: fingerprint(course, common + sorted(p for p in (submitted / s / assignment).rglob("*") if p.is_file()),
+                          settings) for s in students}
     return students, fps
 
 
@@ -310,30 +364,37 @@ def grade(course: Path, assignment: str, out: Path, only: list[str] | None = Non
     max_score, in_gradebook = gradebook_facts(coursedir, assignment)
     submitted = course / coursedir.submitted_directory
     students, fps = submissions(course, coursedir, assignment, expected, extra_config, only)
-    mine = [s for s in students if shard is None or shard_of(s, shard[1]) == shard[0]]
+    selected = set(only) if only else None
+    unknown = sorted((selected or set()) - set(students))
+    if unknown:     # a typo, or (with several assignments) a student who did not submit this one
+        print(f"--students: {len(unknown)} without a submission of {assignment} ({', '.join(unknown[:5])}"
+              f"{', ...' if len(unknown) > 5 else ''})", flush=True)
+    mine = [s for s in students if (selected is None or s in selected)
+            and (shard is None or shard_of(s, shard[1]) == shard[0])]
     state = State(out)
     todo, regraded = plan(mine, fps, state, in_gradebook, regrade)
     jobs = min(jobs, max(len(todo), 1))
     settings = {"course": str(course), "assignment": assignment, "out": str(out), "extra_config": extra_config,
                 "db_url": coursedir.db_url, "reports_dir": os.environ["GRADER_REPORTS"],
                 "submitted": str(submitted), "expected": expected, "max_score": max_score, "retries": retries}
-    print(f"{f'shard {shard[0]}/{shard[1]}: ' if shard else ''}{len(mine)} submissions, {len(mine) - len(todo)} "
+    print(f"{f'shard {shard[0]}/{shard[1]}: ' if shard else ''}{len(mine)} submissions"
+          f"{f' (of {len(students)})' if len(mine) < len(students) else ''}, {len(mine) - len(todo)} "
           f"already graded, {len(todo)} to grade with {jobs} job(s)"
           + (f"; {len(regraded)} graded again" if regraded else ""), flush=True)
+    for why, who in group_reasons(regraded).items():
+        print(f"graded again, {len(who)} submission(s) ({', '.join(who[:5])}{', ...' if len(who) > 5 else ''}): {why}", flush=True)
     if todo:        # the grader grades the solution first; SystemExit with the reason if it fails
         from tfmgrader.selfcheck import ensure
         ensure(course, assignment, extra_config)
     start = time.monotonic()
     rows, died = run_batch(todo, fps, regraded, jobs, settings)
     wall = time.monotonic() - start
-    for s, why in sorted(regraded.items()):
-        print(f"re-graded {s}: {why}")
     write_run_report(out, assignment, shard, jobs, mine, todo, rows, regraded, died, wall, ended)
-    complete = write_grades(out, students, mine, fps, state, shard)
-    if students and all(s in complete for s in students):   # copy detection and the class's mistakes
+    complete, klass = write_grades(out, students, mine, fps, state, shard, selected)
+    if klass and all(s in complete for s in klass):   # copy detection and the class's mistakes
         from tfmgrader.class_report import write_class_reports
-        write_class_reports(course, assignment, out, students, submitted, coursedir.source_directory,
-                            coursedir.autograded_directory)
+        write_class_reports(course, assignment, out, klass, submitted, coursedir.source_directory,
+                            coursedir.autograded_directory, coursedir.db_url)
     if rows:
         seconds = [r["seconds"] for r in rows]
         print(f"{len(rows)} submissions of {assignment} graded in {wall:.1f} s with {jobs} job(s): median "
@@ -360,18 +421,26 @@ def write_run_report(out: Path, assignment: str, shard, jobs: int, mine: list[st
 
 
 def write_grades(out: Path, students: list[str], mine: list[str], fps: dict[str, str], state: State,
-                 shard) -> dict[str, dict]:
-    """Write this shard's rows (``shards/grades-I-of-N.csv``) and, once every submission is done (by any
-    shard), ``grades.csv``; returns the rows that are done."""
+                 shard, selected: set[str] | None = None) -> tuple[dict[str, dict], list[str]]:
+    """Write this shard's rows (``shards/grades-I-of-N.csv``) and, once every submission of the class is done
+    (by any shard or run), ``grades.csv``; returns (the rows that are done, the class).
+
+    The class of ``out`` is every submission; with ``--students`` (``selected``), the students selected now
+    and those an earlier run graded into ``out``.  Grading some students therefore merges: their rows are
+    replaced, every other row of ``grades.csv`` is kept, and the class reports are made for the whole class."""
     done = {s: state.done(s) for s in students}
     complete = {s: d["row"] for s, d in done.items() if d and d["fingerprint"] == fps[s]}
+    klass = [s for s in students if selected is None or s in selected or done[s] is not None]
     if shard:
         write_csv(out / "shards" / f"grades-{shard[0]}-of-{shard[1]}.csv", [complete[s] for s in mine if s in complete])
-    waiting = [s for s in students if s not in complete]
+    waiting = [s for s in klass if s not in complete]
     if not waiting:
-        write_csv(out / "grades.csv", [complete[s] for s in students])
-        print(f"grades of all {len(students)} submissions in {out / 'grades.csv'}")
+        write_csv(out / "grades.csv", [complete[s] for s in klass])
+        print(f"grades of all {len(klass)} submissions in {out / 'grades.csv'}"
+              + (f" ({len(set(mine) & set(klass))} graded or checked by this run, the others as graded before)"
+                 if len(mine) < len(klass) else ""))
     else:
-        print(f"{len(waiting)} of {len(students)} submissions not graded yet; grades.csv is written by the run "
-              "that grades the last one (re-run the same command to grade what is missing)")
-    return complete
+        print(f"{len(waiting)} of {len(klass)} submissions not graded yet ({', '.join(waiting[:5])}"
+              f"{', ...' if len(waiting) > 5 else ''}); grades.csv is written by the run that grades the last one "
+              "(re-run the command without --students to grade what is missing)")
+    return complete, klass

@@ -28,8 +28,29 @@ def add_columns(grades: Path, analysis) -> None:
     write_csv(grades, rows)
 
 
+def copy_suspicions(analysis, students: list[str]) -> dict[str, dict[str, str]]:
+    """``{student: {"similar_to": ..., "similarity": ...}}``: each graded function copy detection flagged, with
+    its closest source, and the highest similarity ('' for a student with none flagged)."""
+    out = {s: {"similar_to": "", "similarity": ""} for s in students}
+    for (student, function), m in sorted(analysis.matches.items()):
+        if m.flagged and student in out:
+            entry = out[student]
+            label = f"{function} ~ {m.source.label if m.source else '?'} ({m.similarity:.2f})"
+            entry["similar_to"] = f"{entry['similar_to']}; {label}" if entry["similar_to"] else label
+            entry["similarity"] = f"{max(float(entry['similarity'] or 0), m.similarity):.2f}"
+    return out
+
+
+def save_suspicions(db_url: str, assignment: str, suspicions: dict[str, dict[str, str]]) -> None:
+    """The copy suspicions in the gradebook's verdicts (``verdicts.py``): a flagged copy flags the submission."""
+    from tfmgrader import verdicts
+
+    verdicts.save_many(db_url, assignment, suspicions)
+
+
 def write_class_reports(course: Path, assignment: str, out: Path, students: list[str], submitted: Path,
-                        source_dir: str = "solutions", autograded_dir: str = "autograded") -> list[str]:
+                        source_dir: str = "solutions", autograded_dir: str = "autograded",
+                        db_url: str | None = None) -> list[str]:
     """Write the class reports next to ``out/grades.csv``; returns the paths written."""
     written, analysis = [], None
     try:
@@ -42,6 +63,12 @@ def write_class_reports(course: Path, assignment: str, out: Path, students: list
     except Exception as err:  # noqa: BLE001 - the report is extra; the grades stand without it
         print(f"copy detection failed, grades.csv has no similarity ({type(err).__name__}: {err})")
         traceback.print_exc()
+    if analysis is not None and db_url:
+        try:
+            save_suspicions(db_url, assignment, copy_suspicions(analysis, students))
+        except Exception as err:  # noqa: BLE001
+            print(f"could not save the copy suspicions in the gradebook ({type(err).__name__}: {err})")
+            traceback.print_exc()
     try:
         add_columns(out / "grades.csv", analysis)
     except Exception as err:  # noqa: BLE001

@@ -6,9 +6,10 @@ applies it too.  It changes only the ``Autograde`` converter and the grading pre
 *Validate* (nbgrader's ``Validator`` with the plain ``Execute``) stays fast and unsandboxed.
 
 Sanitising: clear outputs, drop nbgrader metadata the gradebook does not know, restore every read-only
-and test cell from the gradebook, scan the learner's cells (flagged cells are withheld).  Autograding: run in the sandbox kernel (``SandboxedExecute``), decide
+and test cell from the gradebook (``RestoreReadOnlyCells``: quiet about test cells as released), scan the learner's cells (flagged cells are withheld).  Autograding: run in the sandbox kernel (``SandboxedExecute``), decide
 every test again outside the learner's process (``VerifyOutside``), stop a submission whose read-only setup
-cell failed before any learner code ran (``selfcheck.SetupCheck``), cap output, save the grades.  Before the
+cell failed before any learner code ran (``selfcheck.SetupCheck``), cap output, save the grades, save the
+status and reason in the gradebook (``verdicts.RecordVerdict``: flagged, comment, the course's verdict table).  Before the
 first submission of an assignment, the grader grades the assignment's own solution and stops if that does not
 get full marks (``selfcheck.pre_convert_hook``).  Reports
 go to ``$GRADER_REPORTS`` (default ``<course root>/grading/reports``), never inside a learner's folder.
@@ -21,25 +22,32 @@ import os
 def configure_autograde(c) -> None:
     from nbconvert.preprocessors import ClearMetadataPreprocessor
     from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds,
-                                        LimitOutput, OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
+                                        LimitOutput, OverwriteKernelspec, SaveAutoGrades)
 
-    from tfmgrader.preprocessors import (CapOutput, SandboxedExecute, ScanSubmission, StderrToStdout, StripForgedMetadata,
+    from tfmgrader.preprocessors import (CapOutput, RestoreReadOnlyCells, SandboxedExecute, ScanSubmission, StderrToStdout, StripForgedMetadata,
                                VerifyOutside)
     from tfmgrader.limits import limit
     from tfmgrader.selfcheck import SetupCheck, pre_convert_hook
+    from tfmgrader.verdicts import RecordVerdict
 
+    # nbgrader's own session bookkeeping when it adds a new student's submission (SQLAlchemy's "Object of type
+    # <SubmittedAssignment> not in session ..."): harmless, and printed once per new student.
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"Object of type <Submitted\w+> not in session")
     c.Autograde.sanitize_preprocessors = [
-        ClearOutput, DeduplicateIds, OverwriteKernelspec, StripForgedMetadata, OverwriteCells, ScanSubmission,
+        ClearOutput, DeduplicateIds, OverwriteKernelspec, StripForgedMetadata, RestoreReadOnlyCells, ScanSubmission,
         CheckCellMetadata]
     c.Autograde.autograde_preprocessors = [
         SandboxedExecute, VerifyOutside, SetupCheck, StderrToStdout, CapOutput, ClearMetadataPreprocessor, LimitOutput,
-        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
-    c.OverwriteCells.add_missing_cells = True
+        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata, RecordVerdict]
+    c.OverwriteCells.add_missing_cells = True       # RestoreReadOnlyCells is an OverwriteCells: it reads this
     # The grader grades the assignment's own solution first (once per assignment and process) and stops if it
     # does not get full marks; a submission whose read-only setup cell failed is not scored (selfcheck.py).
     c.Autograde.pre_convert_hook = pre_convert_hook
     if os.environ.get("GRADER_REPORTS"):     # default: <course root>/grading/reports
-        for name in ("StripForgedMetadata", "ScanSubmission", "SandboxedExecute", "VerifyOutside", "SetupCheck"):
+        for name in ("StripForgedMetadata", "ScanSubmission", "SandboxedExecute", "VerifyOutside", "SetupCheck",
+                     "RecordVerdict"):
             c[name].report_directory = os.environ["GRADER_REPORTS"]
     c.SandboxedExecute.timeout = limit("GRADER_CELL_TIMEOUT")
     c.SandboxedExecute.interrupt_on_timeout = False   # a stuck kernel is stopped, not interrupted

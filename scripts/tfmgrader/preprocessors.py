@@ -31,7 +31,8 @@ from queue import Empty
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import ensure_async, run_hook, run_sync
 from nbformat.notebooknode import NotebookNode
-from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from nbgrader.api import MissingEntry
+from nbgrader.preprocessors import ClearHiddenTests, Execute, NbGraderPreprocessor, OverwriteCells
 from nbgrader.utils import is_grade, is_locked, is_solution
 from traitlets import Bool, Float, Integer, List, Unicode
 
@@ -113,8 +114,40 @@ class ScanSubmission(NbGraderPreprocessor):
                 "raise RuntimeError(" + repr(
                     "This answer was withheld from grading and will be reviewed by an instructor: " + reasons)
                 + ")")
-        record(self.report_directory, resources, flags=[str(f) for f in flags])
+        # cells counted from 1, as a reader counts them (and as the line within the cell is)
+        record(self.report_directory, resources, flags=[f"cell {f.cell + 1}, line {f.line}: {f.reason}" for f in flags])
         return nb, resources
+
+
+class RestoreReadOnlyCells(OverwriteCells):
+    """nbgrader's ``OverwriteCells`` (every read-only and test cell restored from the gradebook), without its
+    warning "Attribute 'checksum' for cell ... has changed!" for the change every honest submission has: a test
+    cell as released, i.e. the instructor's cell without its hidden tests.  A read-only cell the learner edited
+    is restored as before and still warned about."""
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        self._as_released = False
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id is not None and cell.cell_type == "code":
+            try:
+                source = self.gradebook.find_source_cell(grade_id, self.notebook_id, self.assignment_id)
+            except MissingEntry:
+                source = None
+            if source is not None and source.locked:
+                released = NotebookNode(cell_type="code", source=source.source, metadata={})
+                ClearHiddenTests()._remove_hidden_test_region(released)
+                self._as_released = _lines(released.source) == _lines(cell.source)
+        return super().preprocess_cell(cell, resources, cell_index)
+
+    def report_change(self, name, attr, old, new):
+        if attr == "checksum" and getattr(self, "_as_released", False):
+            self.log.debug("test cell %s as released (without its hidden tests): restored in full", name)
+            return
+        super().report_change(name, attr, old, new)
+
+
+def _lines(text: str) -> list[str]:
+    return [line.rstrip() for line in text.strip().splitlines() if line.strip()]
 
 
 class StripForgedMetadata(NbGraderPreprocessor):
@@ -135,7 +168,7 @@ class StripForgedMetadata(NbGraderPreprocessor):
             gid = meta.get("grade_id")
             claims = meta.get("locked") or meta.get("grade") or meta.get("solution") or meta.get("task")
             if (gid is not None and gid not in known) or (gid is None and claims):
-                forged.append(f"cell {i} carries nbgrader metadata ({gid or 'no id'}) that is not in the "
+                forged.append(f"cell {i + 1} carries nbgrader metadata ({gid or 'no id'}) that is not in the "
                               f"gradebook; it was graded as the learner's own code")
                 del cell.metadata["nbgrader"]
         record(self.report_directory, resources, forged=forged)
