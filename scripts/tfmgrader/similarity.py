@@ -47,6 +47,9 @@ import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tfmgrader import canonical
+
+CANONICAL = True      # undo the disguises of canonical.py (False: the normalisation before issue 32, to compare)
 K = 20                # tokens per fingerprinted window
 THRESHOLD = 0.6       # share of a unit's tokens found in one source that flags it for review
 MIN_TOKENS = 80       # units shorter than this (outside the boilerplate) are not attributed
@@ -179,18 +182,24 @@ def _canonical(tree: ast.AST, bound: set[str]) -> None:
                 setattr(node, attr, _canonical_order(body, bound))
 
 
-def normalise(code: str | list[ast.stmt]) -> str:
-    """The normalised text of ``code`` (source text, or statements): no docstrings, comments or layout, every
-    name it binds replaced by PLACEHOLDER (see the module's docstring)."""
+def normalise(code: str | list[ast.stmt], inline: dict[str, ast.FunctionDef] | None = None) -> str:
+    """The normalised text of ``code`` (source text, or statements): no docstrings, comments or layout, the
+    disguises of ``canonical.py`` undone (``inline``: other functions of the answer whose calls may be replaced
+    by their bodies), every name it binds replaced by PLACEHOLDER (see the module's docstring)."""
     statements = ast.parse(code).body if isinstance(code, str) else [pickle.loads(pickle.dumps(s)) for s in code]
     module = ast.Module(body=statements, type_ignores=[])
     module.body = _strip_docstring(module.body) if isinstance(code, str) else module.body
-    bound = bound_names(module)
     for node in ast.walk(module):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             node.body = _strip_docstring(node.body)
+    if CANONICAL:
+        canonical.Spellings().visit(module)
+        module.body = canonical.canonicalise(module.body, inline)
+    bound = bound_names(module)
     _canonical(module, bound)
     _Renamer(bound).visit(module)
+    if CANONICAL:
+        canonical.Commute().visit(module)
     return ast.unparse(ast.fix_missing_locations(module))
 
 
@@ -320,6 +329,19 @@ def cell_functions(cells: list[str]) -> dict[str, ast.FunctionDef]:
     return defs
 
 
+def other_graded(name: str, defs: dict[str, ast.FunctionDef], graded: list[str]) -> dict[str, ast.FunctionDef]:
+    """``{graded function: the definition that computes it}`` for the graded functions other than ``name`` that
+    ``defs`` define (a function that only forwards to a helper is represented by the helper): the normalisation
+    may inline their calls, since a copy may have them inlined by hand."""
+    out = {}
+    for g in graded:
+        if g != name and g in defs:
+            statements = unit(g, defs, set(graded))
+            if statements and isinstance(statements[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out[g] = statements[0]
+    return out
+
+
 def function_units(label: str, kind: str, cells: list[str], graded: list[str]) -> dict[str, Unit]:
     """``{graded function: Unit}`` for the functions of ``graded`` that ``cells`` define."""
     defs = cell_functions(cells)
@@ -327,7 +349,8 @@ def function_units(label: str, kind: str, cells: list[str], graded: list[str]) -
     for name in graded:
         if name in defs:
             statements = unit(name, defs, set(graded))
-            units[name] = Unit(label, kind, name, unit_source(statements), normalise(statements))
+            others = other_graded(name, defs, graded)
+            units[name] = Unit(label, kind, name, unit_source(statements), normalise(statements, others))
     return units
 
 
@@ -411,8 +434,9 @@ def tfmlib_units(graded: list[str]) -> list[Unit]:
         for name in graded:
             if name in defs:
                 statements = unit(name, defs, set(graded))
+                others = other_graded(name, defs, graded)
                 units.append(Unit(f"tfmlib/{path.name}: {name}", "tfmlib", name,
-                                  unit_source(statements, text), normalise(statements)))
+                                  unit_source(statements, text), normalise(statements, others)))
     return units
 
 
@@ -487,6 +511,7 @@ def _site_units(book: Path) -> list[Unit]:
                 continue
             wanted = options.get("pyobject", "").strip()
             names = [wanted] if wanted else [n for n in functions if "." not in n]
+            defs = {n: f for n, f in functions.items() if isinstance(f, ast.FunctionDef) and "." not in n}
             for name in names:
                 node = functions.get(name)
                 if node is None:
@@ -496,8 +521,10 @@ def _site_units(book: Path) -> list[Unit]:
                 for f in methods:
                     qual = f"{name}.{f.name}" if isinstance(node, ast.ClassDef) else name
                     where = text[:m.start()].count("\n") + 1
+                    # a function with the module's helpers it calls, as tfmlib_units has it
+                    statements = unit(f.name, defs, set()) if f is defs.get(f.name) else [f]
                     units.append(Unit(f"{rel}:{where}: {path.name} {qual}", "site", "",
-                                      unit_source([f], source), normalise([f])))
+                                      unit_source(statements, source), normalise(statements)))
     return units
 
 
