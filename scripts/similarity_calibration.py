@@ -59,16 +59,6 @@ class Expected:
     kind: str = ""       # "generated", "hand-written", "classmate"; "" for independent answers
 
 
-def tfmlib_function(name: str) -> str | None:
-    """tfmlib's own source of the function ``name`` (without its helpers), or None."""
-    for path in sorted(sim.tfmlib_folder().glob("*.py")):
-        functions, text = sim.module_functions(path)
-        node = functions.get(name)
-        if isinstance(node, ast.FunctionDef):
-            return ast.get_source_segment(text, node)
-    return None
-
-
 def independent_answers(assignment: str, graded: list[str]) -> dict[str, dict[str, str]]:
     """``{student: {function: source}}``: the styles, the extra correct styles and the wrong answers."""
     out = {}
@@ -136,9 +126,9 @@ def build_class(assignment: str, graded: list[str], refs: list[sim.Unit], half: 
             student = f"gen-tfmlib-{how}-{seed}"
             subs[student], expected[student] = {}, Expected("copy", {}, "generated")
             for name in graded:
-                text = tfmlib_function(name)
-                if text is not None and ("tfmlib", name) in label:
-                    text, want = without_library_checks(text), label[("tfmlib", name)]
+                lib = next((u for u in refs if u.kind == "tfmlib" and u.function == name), None)
+                if lib is not None:      # the function and the helpers of tfmlib it calls, without its checks
+                    text, want = without_library_checks(lib.source), lib.label
                 else:
                     text, want = next(u.source for u in refs if u.kind == "solution" and u.function == name), \
                         label[("solution", name)]

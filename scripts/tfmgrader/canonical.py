@@ -32,7 +32,9 @@ import copy
 MAX_ROUNDS = 20          # fixpoint iterations of the statement passes
 MAX_INLINE_DEPTH = 3     # helpers inlined through at most this many levels
 MAX_INLINED_STATEMENTS = 200
-MAX_COPIED = 40        # a value used more than once is copied into its uses only up to this many nodes
+MAX_COPIED = 400       # a value used more than once is copied into its uses only up to this many nodes
+MAX_GRADED_INLINE = 40  # another graded function is inlined only when its body is one expression this small
+MAX_SCOPE = 3000       # ... and only while the function has fewer nodes than this
 
 MODULES = {"torch", "F", "np", "numpy", "math", "nn"}
 FUNCTIONAL = ("torch.nn.functional.", "nn.functional.", "F.", "torch.linalg.", "torch.special.")
@@ -85,6 +87,20 @@ def _inf(negative: bool) -> ast.expr:
     return ast.UnaryOp(ast.USub(), name) if negative else name
 
 
+class Constants(ast.NodeTransformer):
+    """A module constant the code reads but does not bind (``NOTES_PARAMS``, ``CHINCHILLA_PARAMS``) -> ``CONST``:
+    its name is the author's choice, like a variable's."""
+
+    def __init__(self, bound: set[str]):
+        self.bound = bound
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load) and len(node.id) > 1 and node.id.isupper() and node.id != "INF" \
+                and node.id not in self.bound:
+            return ast.Name("CONST", ast.Load())
+        return node
+
+
 class Spellings(ast.NodeTransformer):
     """One spelling for operations that compute the same (see the module's docstring)."""
 
@@ -98,6 +114,23 @@ class Spellings(ast.NodeTransformer):
         name = dotted(node)
         if name in ("math.inf", "torch.inf", "np.inf", "numpy.inf"):
             return _inf(False)
+        if node.attr in ("shape", "dtype", "device") and isinstance(node.ctx, ast.Load):
+            # which tensor a size is read from is bookkeeping: (x @ W).shape[0] and x.shape[0] are one size
+            return ast.Attribute(ast.Name("TENSOR", ast.Load()), node.attr, ast.Load())
+        return node
+
+    def visit_If(self, node):
+        # if x is None: x = default  ->  x = default if x is None else x
+        self.generic_visit(node)
+        t = node.test
+        if not node.orelse and len(node.body) == 1 and isinstance(node.body[0], ast.Assign) \
+                and len(node.body[0].targets) == 1 and isinstance(node.body[0].targets[0], ast.Name) \
+                and isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], (ast.Is, ast.Eq)) \
+                and isinstance(t.left, ast.Name) and t.left.id == node.body[0].targets[0].id \
+                and isinstance(t.comparators[0], ast.Constant) and t.comparators[0].value is None:
+            name = t.left.id
+            return ast.Assign([ast.Name(name, ast.Store())],
+                              ast.IfExp(t, node.body[0].value, ast.Name(name, ast.Load())), lineno=0)
         return node
 
     def visit_AnnAssign(self, node):
@@ -251,11 +284,20 @@ class Commute(ast.NodeTransformer):
 
     def visit_BinOp(self, node):
         self.generic_visit(node)
-        if _commutes(node.op):
-            a, b = ast.unparse(node.left), ast.unparse(node.right)
-            if b < a:
-                node.left, node.right = node.right, node.left
-        return node
+        if not _commutes(node.op):
+            return node
+        operands, todo = [], [node]
+        while todo:                               # a + (b + c) and (a + b) + c: one chain of operands
+            n = todo.pop()
+            if isinstance(n, ast.BinOp) and type(n.op) is type(node.op):
+                todo += [n.left, n.right]
+            else:
+                operands.append(n)
+        operands.sort(key=ast.unparse)
+        out = operands[0]
+        for o in operands[1:]:
+            out = ast.BinOp(out, type(node.op)(), o)
+        return out
 
 
 # --- statements ---------------------------------------------------------------------------------------------
@@ -330,6 +372,12 @@ def _shape_unpack(body: list[ast.stmt]) -> bool:
             elif isinstance(v, ast.Tuple) and len(v.elts) == len(names) and len(set(names)) == len(names) and \
                     not {n.id for n in ast.walk(v) if isinstance(n, ast.Name)} & set(names):
                 new = [ast.Assign([ast.Name(n, ast.Store())], e, lineno=0) for n, e in zip(names, v.elts)]
+            elif not isinstance(v, (ast.Tuple, ast.List)) and len(set(names)) == len(names):
+                tmp = f"_unpacked{id(s)}"           # a, b = f(...) -> t = f(...); a = t[0]; b = t[1]
+                new = [ast.Assign([ast.Name(tmp, ast.Store())], v, lineno=0)] + [
+                    ast.Assign([ast.Name(n, ast.Store())], ast.Subscript(ast.Name(tmp, ast.Load()), ast.Constant(j),
+                                                                         ast.Load()), lineno=0)
+                    for j, n in enumerate(names)]
             if new is not None:
                 body[i:i + 1] = new
                 changed = True
@@ -452,6 +500,13 @@ def _size(node: ast.AST) -> int:
 
 
 def _inline_temporaries(scope: ast.AST, params: set[str], once_only: bool = False) -> bool:
+    """``_inline_variable`` for a variable read once if there is one, else for one read more than once (the
+    first such in the code), so that the result does not depend on how the code was split into lines."""
+    return _inline_variable(scope, params, True, once_only) or \
+        (not once_only and _inline_variable(scope, params, False, False))
+
+
+def _inline_variable(scope: ast.AST, params: set[str], single: bool, module: bool) -> bool:
     """Replace one variable that is assigned once (and never changed in place) by its value at every use, when
     every use comes later in the same block and nothing the value reads changes in between.  A value used more
     than once is inlined only when it is small (MAX_COPIED nodes), so that no expression grows without bound."""
@@ -464,7 +519,8 @@ def _inline_temporaries(scope: ast.AST, params: set[str], once_only: bool = Fals
             name = s.targets[0].id
             uses = loads.get(name, 0)
             if name in params or name in mutated or stores.get(name) != 1 or not uses \
-                    or (uses > 1 and (once_only or _size(s.value) > MAX_COPIED)):
+                    or (uses > 1 and (single or _size(s.value) > MAX_COPIED or _size(scope) > MAX_SCOPE)) \
+                    or (module and any(isinstance(n, ast.Call) for n in ast.walk(s.value))):
                 continue
             value_reads = _reads(s.value)
             if name in value_reads or any(isinstance(n, (ast.Lambda, ast.NamedExpr, ast.Yield, ast.Await))
@@ -498,6 +554,27 @@ def _inline_temporaries(scope: ast.AST, params: set[str], once_only: bool = Fals
     return False
 
 
+def _merge_reassignments(body: list[ast.stmt]) -> bool:
+    """``x = e1`` directly followed by ``x = f(x)`` (``x`` read once) -> ``x = f(e1)``."""
+    for i in range(len(body) - 1):
+        a, b = body[i], body[i + 1]
+        if not (isinstance(a, ast.Assign) and isinstance(b, ast.Assign) and len(a.targets) == len(b.targets) == 1
+                and isinstance(a.targets[0], ast.Name) and isinstance(b.targets[0], ast.Name)
+                and a.targets[0].id == b.targets[0].id):
+            continue
+        name = a.targets[0].id
+        reads = [n for n in ast.walk(b.value) if isinstance(n, ast.Name) and n.id == name]
+        if len(reads) != 1:
+            continue
+        if any(isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp))
+               for n in ast.walk(b.value)):
+            continue
+        b.value = _Replace({name: a.value}).visit(b.value)
+        del body[i]
+        return True
+    return False
+
+
 def _drop_dead(func: ast.AST, keep: set[str], useless_only: bool = False) -> bool:
     """Useless statements, and assignments to names nobody reads, removed (a block never left empty)."""
     loads, _ = _loads_stores(func)
@@ -517,17 +594,36 @@ def _drop_dead(func: ast.AST, keep: set[str], useless_only: bool = False) -> boo
     return changed
 
 
+def _fresh_params(func: ast.FunctionDef) -> None:
+    """A parameter assigned once more, at the top of the body (``x = x.detach()``), becomes a new variable from
+    there on, as if the code had used another name for it."""
+    params = {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)}
+    _, stores = _loads_stores(func)
+    for i, s in enumerate(func.body):
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) \
+                and s.targets[0].id in params and stores.get(s.targets[0].id) == 2:
+            old, new = s.targets[0].id, f"{s.targets[0].id}_{i}"
+            s.targets[0].id = new
+            for later in func.body[i + 1:]:
+                for n in ast.walk(later):
+                    if isinstance(n, ast.Name) and n.id == old:
+                        n.id = new
+
+
 def simplify_function(func: ast.FunctionDef | ast.Module) -> None:
     """Dead code, shape unpacking, while loops and temporaries of one function, to a fixpoint.  Of a module
     (a code cell of the site) every name may be read by a later cell: only useless statements are dropped and
     only variables read once in it are inlined."""
     module = isinstance(func, ast.Module)
+    if not module:
+        _fresh_params(func)
     params = set() if module else {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)}
     for _ in range(MAX_ROUNDS):
         changed = _drop_dead(func, set(), module)
         for _, _, body in list(_blocks(func)):
             changed |= _shape_unpack(body)
             changed |= _while_to_for(body, func)
+            changed |= _merge_reassignments(body)
         for node in ast.walk(func):
             if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and dotted(node.iter.func) == "range":
                 _range_args(node.iter)
@@ -541,14 +637,16 @@ def simplify_function(func: ast.FunctionDef | ast.Module) -> None:
 # --- helpers inlined ----------------------------------------------------------------------------------------
 
 def _inlinable(func: ast.FunctionDef) -> bool:
-    """Straight-line code: assignments to names, then one ``return``."""
+    """A body that ends in its only ``return`` (no other exit, no nested function, no ``global``)."""
     a = func.args
     if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or func.decorator_list:
         return False
     body = func.body
-    return bool(body) and isinstance(body[-1], ast.Return) and body[-1].value is not None and all(
-        isinstance(s, ast.Assign) and all(isinstance(t, ast.Name) for t in s.targets) for s in body[:-1]) \
-        and len(body) <= 20
+    if not body or not isinstance(body[-1], ast.Return) or body[-1].value is None or len(body) > 20:
+        return False
+    return not any(isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom, ast.FunctionDef, ast.AsyncFunctionDef,
+                                  ast.ClassDef, ast.Lambda, ast.Global, ast.Nonlocal, ast.Try, ast.Raise))
+                   for s in body[:-1] for n in ast.walk(s))
 
 
 class _Inliner:
@@ -652,7 +750,11 @@ def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] 
         f = copy.deepcopy(f)
         Spellings().visit(f)
         simplify_function(f)
-        extra[name] = f
+        # only a one-line graded function (split_heads, merge_heads): a longer one is a unit of its own, and
+        # a function that calls it (decoder_block calls layer_norm) is judged on its own code
+        if len(f.body) == 1 and isinstance(f.body[0], ast.Return) and f.body[0].value is not None \
+                and _size(f.body[0].value) <= MAX_GRADED_INLINE:
+            extra[name] = f
     defs = {**extra, **{f.name: f for f in funcs}}
     if funcs:
         main = funcs[0]

@@ -193,7 +193,7 @@ def normalise(code: str | list[ast.stmt], inline: dict[str, ast.FunctionDef] | N
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             node.body = _strip_docstring(node.body)
     if CANONICAL:
-        canonical.Spellings().visit(module)
+        canonical.Constants(bound_names(module)).visit(module)
         module.body = canonical.canonicalise(module.body, inline)
     bound = bound_names(module)
     _canonical(module, bound)
