@@ -38,3 +38,9 @@ c.LimitOutput.max_traceback = 60
 from tfmgrader.hardened import configure_autograde  # noqa: E402
 
 configure_autograde(c)
+
+# The learner's feedback (generate_feedback) shows each test's name, points and failure message, not the test's
+# code (hidden tests stay hidden), and its math as MathML, with no script from a CDN (tfmgrader/feedback_html.py).
+from tfmgrader.feedback_html import configure_feedback  # noqa: E402
+
+configure_feedback(c)

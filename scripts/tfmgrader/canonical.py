@@ -82,6 +82,14 @@ def _is_pow(node, exponent: float) -> bool:
     return _const(node.right, exponent) if exponent >= 0 else _neg_const(node.right, -exponent)
 
 
+def _constant_like(node: ast.AST) -> bool:
+    """A number, +-INF, or minus one of them."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return (isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and
+            not isinstance(node.value, bool)) or (isinstance(node, ast.Name) and node.id == "INF")
+
+
 def _inf(negative: bool) -> ast.expr:
     name = ast.Name("INF", ast.Load())
     return ast.UnaryOp(ast.USub(), name) if negative else name
@@ -222,6 +230,19 @@ class Spellings(ast.NodeTransformer):
         if name in ("float",) and len(args) == 1 and isinstance(args[0], ast.Constant) \
                 and isinstance(args[0].value, str) and args[0].value.strip().lower() in ("inf", "-inf", "+inf"):
             return _inf(args[0].value.strip().startswith("-"))
+        if name in ("torch.tensor", "torch.as_tensor") and len(args) == 1 and _constant_like(args[0]):
+            return args[0]                        # torch.tensor(0.0) where a number would do
+        if name in ("torch.full_like",) and len(args) == 2:
+            return args[1]
+        if name in ("torch.zeros_like",) and len(args) == 1:
+            return ast.Constant(0)
+        if name == "torch.where" and len(args) == 3 and not kw:
+            cond, a, b = args                     # torch.where(m, x, c) -> x.masked_fill(~m, c)
+            if _constant_like(b):
+                return ast.Call(ast.Attribute(a, "masked_fill", ast.Load()),
+                                [ast.UnaryOp(ast.Invert(), cond), b], [])
+            if _constant_like(a):
+                return ast.Call(ast.Attribute(b, "masked_fill", ast.Load()), [cond, a], [])
         # torch.f(x, ...) -> x.f(...)
         if name is not None and name.count(".") == 1 and name.split(".")[0] in MODULES and args:
             module, fn = name.split(".")
@@ -372,6 +393,14 @@ def _shape_unpack(body: list[ast.stmt]) -> bool:
             elif isinstance(v, ast.Tuple) and len(v.elts) == len(names) and len(set(names)) == len(names) and \
                     not {n.id for n in ast.walk(v) if isinstance(n, ast.Name)} & set(names):
                 new = [ast.Assign([ast.Name(n, ast.Store())], e, lineno=0) for n, e in zip(names, v.elts)]
+            elif isinstance(v, (ast.ListComp, ast.GeneratorExp)) and len(v.generators) == 1 \
+                    and not v.generators[0].ifs and isinstance(v.generators[0].target, ast.Name) \
+                    and isinstance(v.generators[0].iter, (ast.Tuple, ast.List)) \
+                    and len(v.generators[0].iter.elts) == len(names) and len(set(names)) == len(names):
+                # q, k, v = [f(W) for W in (A, B, C)] -> q = f(A); k = f(B); v = f(C)
+                var = v.generators[0].target.id
+                new = [ast.Assign([ast.Name(n, ast.Store())], _Replace({var: e}).visit(copy.deepcopy(v.elt)),
+                                  lineno=0) for n, e in zip(names, v.generators[0].iter.elts)]
             elif not isinstance(v, (ast.Tuple, ast.List)) and len(set(names)) == len(names):
                 tmp = f"_unpacked{id(s)}"           # a, b = f(...) -> t = f(...); a = t[0]; b = t[1]
                 new = [ast.Assign([ast.Name(tmp, ast.Store())], v, lineno=0)] + [
