@@ -262,7 +262,7 @@ class Spellings(ast.NodeTransformer):
         if fn == "contiguous" and not args and not kw:
             return obj
         if fn == "size" and not kw:
-            shape = ast.Attribute(obj, "shape", ast.Load())
+            shape = self.visit_Attribute(ast.Attribute(obj, "shape", ast.Load()))
             return ast.Subscript(shape, args[0], ast.Load()) if len(args) == 1 else shape if not args else node
         if fn == "sqrt" and not args and not kw:
             return _pow(obj, 0.5)
