@@ -4,7 +4,10 @@ A learner who hides a copy changes how the code looks and keeps what it computes
 the syntax tree of a unit (a function and the helpers it calls) into one form for all those variants:
 
 * **dead code**: asserts, prints, ``pass``, bare expressions without effect, ``del``, input checks
-  (``if ...: raise ...``) and assignments whose value is never read are dropped;
+  (``if ...: raise ...``, a bare call of ``check_*`` or ``validate*``) and assignments whose value is never
+  read are dropped;
+* **optional parameters**: a parameter the exercise's signature does not have (tfmlib's ``scale=None``,
+  ``dropout_p=0.0``) is fixed at its default, the way the graded function is called;
 * **temporaries**: a variable assigned once and read once is replaced by its value, so an expression split
   into one line per step reads as the one expression again;
 * **helpers**: a call of a function the unit defines (or of another graded function the answer defines, passed
@@ -351,6 +354,9 @@ def _useless(stmt: ast.stmt) -> bool:
             return True
         if isinstance(v, ast.Call) and dotted(v.func) in ("warnings.warn", "logging.info", "logging.debug"):
             return True
+        if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and \
+                v.func.id.lstrip("_").startswith(("check", "validate")):
+            return True                           # an input check: check_attention_inputs(q, k, v, mask)
     if isinstance(stmt, ast.If) and not stmt.orelse and all(isinstance(s, ast.Raise) for s in stmt.body):
         return True
     return False
@@ -761,16 +767,103 @@ class _Inliner:
         return self.count != before
 
 
-def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] | None = None) -> list[ast.stmt]:
+class _Fold(ast.NodeTransformer):
+    """Conditions on constants decided: ``None is None``, ``0.0 > 0``, ``x if True else y``, ``if False: ...``."""
+
+    @staticmethod
+    def _value(node):
+        if isinstance(node, ast.Constant):
+            return True, node.value
+        return False, None
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if len(node.ops) != 1:
+            return node
+        (ka, a), (kb, b) = self._value(node.left), self._value(node.comparators[0])
+        if not (ka and kb):
+            return node
+        op = node.ops[0]
+        try:
+            result = {ast.Is: lambda: a is b, ast.IsNot: lambda: a is not b, ast.Eq: lambda: a == b,
+                      ast.NotEq: lambda: a != b, ast.Lt: lambda: a < b, ast.LtE: lambda: a <= b,
+                      ast.Gt: lambda: a > b, ast.GtE: lambda: a >= b}[type(op)]()
+        except (KeyError, TypeError):
+            return node
+        return ast.Constant(bool(result))
+
+    def visit_IfExp(self, node):
+        self.generic_visit(node)
+        known, value = self._value(node.test)
+        return (node.body if value else node.orelse) if known else node
+
+    def visit_If(self, node):
+        self.generic_visit(node)
+        known, value = self._value(node.test)
+        if not known:
+            return node
+        return (node.body if value else node.orelse) or None
+
+
+def _specialise(func: ast.FunctionDef, contract: int) -> None:
+    """Parameters beyond the exercise's signature (its first ``contract`` parameters; tfmlib's ``scale=None``,
+    ``dropout_p=0.0``, ``bias=None``) fixed at their defaults, which is how the graded function is called: a copy
+    that dropped them reads the same.  By position, since a copy may rename the parameters."""
+    a = func.args
+    positional = a.posonlyargs + a.args
+    defaults = dict(zip([p.arg for p in positional[len(positional) - len(a.defaults):]], a.defaults))
+    defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
+    kept = {p.arg for p in positional[:contract]}
+    fixed = {n: d for n, d in defaults.items() if n not in kept and isinstance(d, ast.Constant)}
+    for name in list(fixed):
+        # up to its first assignment (``if scale is None: scale = ...``) the parameter is its default
+        first = next((i for i, st in enumerate(func.body) if any(
+            isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in ast.walk(st))),
+            len(func.body))
+        if first < len(func.body):
+            st = func.body[first]
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                st.value = _Replace({name: fixed[name]}).visit(st.value)
+            elif isinstance(st, ast.If) and not any(isinstance(n, ast.Name) and n.id == name and not isinstance(
+                    n.ctx, ast.Load) for n in ast.walk(st.test)):
+                st.test = _Replace({name: fixed[name]}).visit(st.test)
+            else:
+                del fixed[name]
+                continue
+        for st in func.body[:first]:
+            _Replace({name: fixed[name]}).visit(st)
+    if not fixed:
+        return
+    _Fold().visit(func)
+    keep = [p for p in positional if p.arg not in fixed]
+    n_defaults = len([p for p in positional[len(positional) - len(a.defaults):] if p.arg not in fixed])
+    a.defaults = [d for p, d in zip(positional[len(positional) - len(a.defaults):], a.defaults)
+                  if p.arg not in fixed][-n_defaults:] if n_defaults else []
+    a.posonlyargs, a.args = [p for p in a.posonlyargs if p.arg not in fixed], [p for p in a.args if p.arg not in fixed]
+    kw = [(p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if p.arg not in fixed]
+    a.kwonlyargs, a.kw_defaults = [p for p, _ in kw], [d for _, d in kw]
+    assert len(keep) == len(a.posonlyargs) + len(a.args)
+    for i, stmt in enumerate(func.body):
+        if stmt is None:
+            func.body[i] = ast.Pass()
+    func.body = [s for s in func.body if s is not None] or [ast.Pass()]
+
+
+def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] | None = None,
+                 contract: int | None = None) -> list[ast.stmt]:
     """The unit's statements (modified in place and returned) with the disguises undone.  The first function
     is the unit's own; helpers it no longer calls after inlining are dropped.  ``inline``: more functions whose
-    calls may be replaced by their bodies (the answer's other graded functions); they are not added."""
+    calls may be replaced by their bodies (the answer's other graded functions); they are not added.
+    ``contract``: the number of parameters of the exercise's signature; the first function's others are fixed at
+    their defaults (``_specialise``)."""
     funcs = [s for s in statements if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))]
     if len(funcs) < len(statements):                # a code cell: its own statements too
         rest = ast.Module([s for s in statements if s not in funcs], [])
         Spellings().visit(rest)
         simplify_function(rest)
         statements = [s for s in statements if s in funcs] + rest.body
+    if funcs and contract is not None:
+        _specialise(funcs[0], contract)
     for f in funcs:
         Spellings().visit(f)
         simplify_function(f)

@@ -12,10 +12,14 @@ How a function is compared
     function that only forwards its arguments to a helper of its own is represented by the helper, so a copy
     wrapped in a helper is seen whole.  An alias (``_impl = f``) follows the function it names.
   * Normalisation (``normalise``, on the abstract syntax tree, so whitespace, comments and layout are gone):
-    docstrings are removed; assignments that do not depend on each other are put in one canonical order;
-    every name the unit binds (parameters, local variables, loop and comprehension variables, the names of its
-    functions) becomes ``v``; what it only reads (``torch``, ``math``, built-ins, attribute names such as
-    ``masked_fill`` and keyword names such as ``dim=``) is kept.  copydetect's own tokeniser (Pygments)
+    docstrings are removed; the usual disguises are undone (``canonical.py``: dead code, asserts and prints
+    dropped, temporaries and the answer's own helpers inlined, ``while`` loops over a range made ``for`` loops,
+    equivalent spellings made one, such as ``torch.matmul(a, b)`` / ``a.matmul(b)`` / ``a @ b``; a one-line
+    graded function the answer defines, such as ``split_heads``, is inlined where it is called); assignments
+    that do not depend on each other are put in one canonical order; every name the unit binds (parameters,
+    local variables, loop and comprehension variables, the names of its functions) becomes ``v``; what it only
+    reads (``torch``, ``math``, built-ins, attribute names such as ``masked_fill`` and keyword names such as
+    ``keepdim=``) is kept; the operands of ``+``, ``*``, ``&`` and ``|`` are sorted.  copydetect's own tokeniser (Pygments)
     replaces *every* name by ``V``, attribute names included, which makes independent correct answers look
     alike (``x.view(...).transpose(1, 2)`` and ``x.reshape(...).permute(0, 2, 1, 3)``); the calibration script
     compares both (``--tokens copydetect``).
@@ -31,8 +35,9 @@ How a function is compared
     short to attribute: every correct answer looks alike.  It gets no similarity ("too short"), and a source
     that short is not compared either.
 
-The threshold, ``K`` and ``MIN_TOKENS`` come from ``scripts/similarity_calibration.py``.  Nothing here runs
-learner code: submissions are only parsed.
+The threshold, ``K`` and ``MIN_TOKENS`` were chosen on the tune half of ``scripts/similarity_calibration.py``
+and are reported on its held-out half (book/appendix/grading.md, "Copy detection").  Nothing here runs learner
+code: submissions are only parsed.
 """
 from __future__ import annotations
 
@@ -182,7 +187,11 @@ def _canonical(tree: ast.AST, bound: set[str]) -> None:
                 setattr(node, attr, _canonical_order(body, bound))
 
 
-def normalise(code: str | list[ast.stmt], inline: dict[str, ast.FunctionDef] | None = None) -> str:
+CONTRACTS: dict[str, int] = {}   # graded function -> its number of parameters in the exercise (set by references())
+
+
+def normalise(code: str | list[ast.stmt], inline: dict[str, ast.FunctionDef] | None = None,
+              function: str = "") -> str:
     """The normalised text of ``code`` (source text, or statements): no docstrings, comments or layout, the
     disguises of ``canonical.py`` undone (``inline``: other functions of the answer whose calls may be replaced
     by their bodies), every name it binds replaced by PLACEHOLDER (see the module's docstring)."""
@@ -194,7 +203,7 @@ def normalise(code: str | list[ast.stmt], inline: dict[str, ast.FunctionDef] | N
             node.body = _strip_docstring(node.body)
     if CANONICAL:
         canonical.Constants(bound_names(module)).visit(module)
-        module.body = canonical.canonicalise(module.body, inline)
+        module.body = canonical.canonicalise(module.body, inline, CONTRACTS.get(function))
     bound = bound_names(module)
     _canonical(module, bound)
     _Renamer(bound).visit(module)
@@ -350,7 +359,7 @@ def function_units(label: str, kind: str, cells: list[str], graded: list[str]) -
         if name in defs:
             statements = unit(name, defs, set(graded))
             others = other_graded(name, defs, graded)
-            units[name] = Unit(label, kind, name, unit_source(statements), normalise(statements, others))
+            units[name] = Unit(label, kind, name, unit_source(statements), normalise(statements, others, name))
     return units
 
 
@@ -384,6 +393,17 @@ def graded_functions(solution_notebooks: list[Path]) -> list[str]:
                 tree = parse_cell(cell.source)
                 names += [n.name for n in (tree.body if tree else []) if isinstance(n, ast.FunctionDef)]
     return list(dict.fromkeys(names))
+
+
+def contracts(solution_notebooks: list[Path]) -> dict[str, int]:
+    """``{graded function: its number of positional parameters}`` in the exercise (the answer cells' signatures)."""
+    out = {}
+    for cell in release_cells(solution_notebooks):
+        tree = parse_cell(cell)
+        for node in (tree.body if tree else []):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out[node.name] = len(node.args.posonlyargs + node.args.args)
+    return out
 
 
 def release_cells(solution_notebooks: list[Path]) -> list[str]:
@@ -436,7 +456,7 @@ def tfmlib_units(graded: list[str]) -> list[Unit]:
                 statements = unit(name, defs, set(graded))
                 others = other_graded(name, defs, graded)
                 units.append(Unit(f"tfmlib/{path.name}: {name}", "tfmlib", name,
-                                  unit_source(statements, text), normalise(statements, others)))
+                                  unit_source(statements, text), normalise(statements, others, name)))
     return units
 
 
@@ -640,6 +660,7 @@ def references(course: Path, assignment: str, graded: list[str] | None = None, s
     """(instructor notebooks, graded functions, the reference units: tfmlib, solutions, site)."""
     notebooks = sorted((course / source_dir / assignment).glob("*.ipynb"))
     graded = graded or graded_functions(notebooks)
+    CONTRACTS.update(contracts(notebooks))
     book = book if book is not None else REPO / "book"
     refs = tfmlib_units(graded) + solution_units(notebooks, graded) + (site_units(book) if book.is_dir() else [])
     return notebooks, graded, refs
