@@ -29,7 +29,8 @@ How a function is compared
     signatures and stubs of the release, as copydetect's boilerplate).
   * Similarity of a unit to a source: the share of the unit's (non-boilerplate) tokens covered by k-grams the
     source also has; the unit is flagged at ``THRESHOLD`` or more.  The source named is the closest reference
-    (tfmlib, then the solution, then the site, at equal similarity) when it reaches the threshold, since
+    (the solution, then tfmlib, then the site, at equal similarity: tfmlib's version of an exercise normalises to
+    the solution's) when it reaches the threshold, since
     classmates who copied the same reference look alike because of it; else the closest of all.
   * A unit with fewer than ``MIN_TOKENS`` tokens outside the boilerplate (``causal_mask`` is one line) is too
     short to attribute: every correct answer looks alike.  It gets no similarity ("too short"), and a source
@@ -55,9 +56,9 @@ from pathlib import Path
 from tfmgrader import canonical
 
 CANONICAL = True      # undo the disguises of canonical.py (False: the normalisation before issue 32, to compare)
-K = 20                # tokens per fingerprinted window
-THRESHOLD = 0.6       # share of a unit's tokens found in one source that flags it for review
-MIN_TOKENS = 80       # units shorter than this (outside the boilerplate) are not attributed
+K = 25                # tokens per fingerprinted window
+THRESHOLD = 0.7       # share of a unit's tokens found in one source that flags it for review
+MIN_TOKENS = 40       # units shorter than this (outside the boilerplate) are not attributed
 PLACEHOLDER = "v"
 MAX_REORDER = 200     # blocks longer than this keep their order (the canonical order is quadratic)
 REPO = Path(__file__).resolve().parents[2]
@@ -636,7 +637,7 @@ def closest(u: Unit, candidates: list[Unit], fp: Fingerprints, min_tokens: int =
         scored.append((share, c, slices))
     if not scored:
         return Match(u.label, u.function, None, 0.0, False, u)
-    rank = {"tfmlib": 0, "solution": 1, "site": 2, "student": 3}
+    rank = {"solution": 0, "tfmlib": 1, "site": 2, "student": 3}
     scored.sort(key=lambda s: (-s[0], rank.get(s[1].kind, 3), s[1].label))
     if scored[0][0] == 0:
         return Match(u.label, u.function, None, 0.0, False, u)
