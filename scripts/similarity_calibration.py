@@ -29,7 +29,6 @@ of independent assignments only), ``copydetect`` copydetect's own tokeniser on t
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import sys
 from dataclasses import dataclass
