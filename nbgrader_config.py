@@ -52,3 +52,9 @@ configure_autograde(c)
 # submission (scripts/tfmgrader/export.py, from the gradebook's verdict table), to grading/export.csv unless
 # `--to` says otherwise.
 c.ExportApp.plugin_class = "tfmgrader.export.VerdictExportPlugin"
+
+# The learner's feedback (generate_feedback) shows each test's name, points and failure message, not the test's
+# code (hidden tests stay hidden), and its math as MathML, with no script from a CDN (tfmgrader/feedback_html.py).
+from tfmgrader.feedback_html import configure_feedback  # noqa: E402
+
+configure_feedback(c)

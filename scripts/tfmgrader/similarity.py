@@ -12,10 +12,14 @@ How a function is compared
     function that only forwards its arguments to a helper of its own is represented by the helper, so a copy
     wrapped in a helper is seen whole.  An alias (``_impl = f``) follows the function it names.
   * Normalisation (``normalise``, on the abstract syntax tree, so whitespace, comments and layout are gone):
-    docstrings are removed; assignments that do not depend on each other are put in one canonical order;
-    every name the unit binds (parameters, local variables, loop and comprehension variables, the names of its
-    functions) becomes ``v``; what it only reads (``torch``, ``math``, built-ins, attribute names such as
-    ``masked_fill`` and keyword names such as ``dim=``) is kept.  copydetect's own tokeniser (Pygments)
+    docstrings are removed; the usual disguises are undone (``canonical.py``: dead code, asserts and prints
+    dropped, temporaries and the answer's own helpers inlined, ``while`` loops over a range made ``for`` loops,
+    equivalent spellings made one, such as ``torch.matmul(a, b)`` / ``a.matmul(b)`` / ``a @ b``; a one-line
+    graded function the answer defines, such as ``split_heads``, is inlined where it is called); assignments
+    that do not depend on each other are put in one canonical order; every name the unit binds (parameters,
+    local variables, loop and comprehension variables, the names of its functions) becomes ``v``; what it only
+    reads (``torch``, ``math``, built-ins, attribute names such as ``masked_fill`` and keyword names such as
+    ``keepdim=``) is kept; the operands of ``+``, ``*``, ``&`` and ``|`` are sorted.  copydetect's own tokeniser (Pygments)
     replaces *every* name by ``V``, attribute names included, which makes independent correct answers look
     alike (``x.view(...).transpose(1, 2)`` and ``x.reshape(...).permute(0, 2, 1, 3)``); the calibration script
     compares both (``--tokens copydetect``).
@@ -25,14 +29,16 @@ How a function is compared
     signatures and stubs of the release, as copydetect's boilerplate).
   * Similarity of a unit to a source: the share of the unit's (non-boilerplate) tokens covered by k-grams the
     source also has; the unit is flagged at ``THRESHOLD`` or more.  The source named is the closest reference
-    (tfmlib, then the solution, then the site, at equal similarity) when it reaches the threshold, since
+    (the solution, then tfmlib, then the site, at equal similarity: tfmlib's version of an exercise normalises to
+    the solution's) when it reaches the threshold, since
     classmates who copied the same reference look alike because of it; else the closest of all.
   * A unit with fewer than ``MIN_TOKENS`` tokens outside the boilerplate (``causal_mask`` is one line) is too
     short to attribute: every correct answer looks alike.  It gets no similarity ("too short"), and a source
     that short is not compared either.
 
-The threshold, ``K`` and ``MIN_TOKENS`` come from ``scripts/similarity_calibration.py``.  Nothing here runs
-learner code: submissions are only parsed.
+The threshold, ``K`` and ``MIN_TOKENS`` were chosen on the tune half of ``scripts/similarity_calibration.py``
+and are reported on its held-out half (book/appendix/grading.md, "Copy detection").  Nothing here runs learner
+code: submissions are only parsed.
 """
 from __future__ import annotations
 
@@ -47,9 +53,12 @@ import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
-K = 20                # tokens per fingerprinted window
-THRESHOLD = 0.6       # share of a unit's tokens found in one source that flags it for review
-MIN_TOKENS = 80       # units shorter than this (outside the boilerplate) are not attributed
+from tfmgrader import canonical
+
+CANONICAL = True      # undo the disguises of canonical.py (False: the normalisation before issue 32, to compare)
+K = 25                # tokens per fingerprinted window
+THRESHOLD = 0.7       # share of a unit's tokens found in one source that flags it for review
+MIN_TOKENS = 40       # units shorter than this (outside the boilerplate) are not attributed
 PLACEHOLDER = "v"
 MAX_REORDER = 200     # blocks longer than this keep their order (the canonical order is quadratic)
 REPO = Path(__file__).resolve().parents[2]
@@ -179,18 +188,28 @@ def _canonical(tree: ast.AST, bound: set[str]) -> None:
                 setattr(node, attr, _canonical_order(body, bound))
 
 
-def normalise(code: str | list[ast.stmt]) -> str:
-    """The normalised text of ``code`` (source text, or statements): no docstrings, comments or layout, every
-    name it binds replaced by PLACEHOLDER (see the module's docstring)."""
+CONTRACTS: dict[str, int] = {}   # graded function -> its number of parameters in the exercise (set by references())
+
+
+def normalise(code: str | list[ast.stmt], inline: dict[str, ast.FunctionDef] | None = None,
+              function: str = "") -> str:
+    """The normalised text of ``code`` (source text, or statements): no docstrings, comments or layout, the
+    disguises of ``canonical.py`` undone (``inline``: other functions of the answer whose calls may be replaced
+    by their bodies), every name it binds replaced by PLACEHOLDER (see the module's docstring)."""
     statements = ast.parse(code).body if isinstance(code, str) else [pickle.loads(pickle.dumps(s)) for s in code]
     module = ast.Module(body=statements, type_ignores=[])
     module.body = _strip_docstring(module.body) if isinstance(code, str) else module.body
-    bound = bound_names(module)
     for node in ast.walk(module):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             node.body = _strip_docstring(node.body)
+    if CANONICAL:
+        canonical.Constants(bound_names(module)).visit(module)
+        module.body = canonical.canonicalise(module.body, inline, CONTRACTS.get(function))
+    bound = bound_names(module)
     _canonical(module, bound)
     _Renamer(bound).visit(module)
+    if CANONICAL:
+        canonical.Commute().visit(module)
     return ast.unparse(ast.fix_missing_locations(module))
 
 
@@ -320,6 +339,19 @@ def cell_functions(cells: list[str]) -> dict[str, ast.FunctionDef]:
     return defs
 
 
+def other_graded(name: str, defs: dict[str, ast.FunctionDef], graded: list[str]) -> dict[str, ast.FunctionDef]:
+    """``{graded function: the definition that computes it}`` for the graded functions other than ``name`` that
+    ``defs`` define (a function that only forwards to a helper is represented by the helper): the normalisation
+    may inline their calls, since a copy may have them inlined by hand."""
+    out = {}
+    for g in graded:
+        if g != name and g in defs:
+            statements = unit(g, defs, set(graded))
+            if statements and isinstance(statements[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out[g] = statements[0]
+    return out
+
+
 def function_units(label: str, kind: str, cells: list[str], graded: list[str]) -> dict[str, Unit]:
     """``{graded function: Unit}`` for the functions of ``graded`` that ``cells`` define."""
     defs = cell_functions(cells)
@@ -327,7 +359,8 @@ def function_units(label: str, kind: str, cells: list[str], graded: list[str]) -
     for name in graded:
         if name in defs:
             statements = unit(name, defs, set(graded))
-            units[name] = Unit(label, kind, name, unit_source(statements), normalise(statements))
+            others = other_graded(name, defs, graded)
+            units[name] = Unit(label, kind, name, unit_source(statements), normalise(statements, others, name))
     return units
 
 
@@ -361,6 +394,17 @@ def graded_functions(solution_notebooks: list[Path]) -> list[str]:
                 tree = parse_cell(cell.source)
                 names += [n.name for n in (tree.body if tree else []) if isinstance(n, ast.FunctionDef)]
     return list(dict.fromkeys(names))
+
+
+def contracts(solution_notebooks: list[Path]) -> dict[str, int]:
+    """``{graded function: its number of positional parameters}`` in the exercise (the answer cells' signatures)."""
+    out = {}
+    for cell in release_cells(solution_notebooks):
+        tree = parse_cell(cell)
+        for node in (tree.body if tree else []):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out[node.name] = len(node.args.posonlyargs + node.args.args)
+    return out
 
 
 def release_cells(solution_notebooks: list[Path]) -> list[str]:
@@ -411,8 +455,9 @@ def tfmlib_units(graded: list[str]) -> list[Unit]:
         for name in graded:
             if name in defs:
                 statements = unit(name, defs, set(graded))
+                others = other_graded(name, defs, graded)
                 units.append(Unit(f"tfmlib/{path.name}: {name}", "tfmlib", name,
-                                  unit_source(statements, text), normalise(statements)))
+                                  unit_source(statements, text), normalise(statements, others, name)))
     return units
 
 
@@ -487,6 +532,7 @@ def _site_units(book: Path) -> list[Unit]:
                 continue
             wanted = options.get("pyobject", "").strip()
             names = [wanted] if wanted else [n for n in functions if "." not in n]
+            defs = {n: f for n, f in functions.items() if isinstance(f, ast.FunctionDef) and "." not in n}
             for name in names:
                 node = functions.get(name)
                 if node is None:
@@ -496,8 +542,10 @@ def _site_units(book: Path) -> list[Unit]:
                 for f in methods:
                     qual = f"{name}.{f.name}" if isinstance(node, ast.ClassDef) else name
                     where = text[:m.start()].count("\n") + 1
+                    # a function with the module's helpers it calls, as tfmlib_units has it
+                    statements = unit(f.name, defs, set()) if f is defs.get(f.name) else [f]
                     units.append(Unit(f"{rel}:{where}: {path.name} {qual}", "site", "",
-                                      unit_source([f], source), normalise([f])))
+                                      unit_source(statements, source), normalise(statements)))
     return units
 
 
@@ -589,7 +637,7 @@ def closest(u: Unit, candidates: list[Unit], fp: Fingerprints, min_tokens: int =
         scored.append((share, c, slices))
     if not scored:
         return Match(u.label, u.function, None, 0.0, False, u)
-    rank = {"tfmlib": 0, "solution": 1, "site": 2, "student": 3}
+    rank = {"solution": 0, "tfmlib": 1, "site": 2, "student": 3}
     scored.sort(key=lambda s: (-s[0], rank.get(s[1].kind, 3), s[1].label))
     if scored[0][0] == 0:
         return Match(u.label, u.function, None, 0.0, False, u)
@@ -613,6 +661,7 @@ def references(course: Path, assignment: str, graded: list[str] | None = None, s
     """(instructor notebooks, graded functions, the reference units: tfmlib, solutions, site)."""
     notebooks = sorted((course / source_dir / assignment).glob("*.ipynb"))
     graded = graded or graded_functions(notebooks)
+    CONTRACTS.update(contracts(notebooks))
     book = book if book is not None else REPO / "book"
     refs = tfmlib_units(graded) + solution_units(notebooks, graded) + (site_units(book) if book.is_dir() else [])
     return notebooks, graded, refs

@@ -1,0 +1,896 @@
+"""Undo the usual disguises of a copied function before it is fingerprinted (``similarity.py``).
+
+A learner who hides a copy changes how the code looks and keeps what it computes.  ``canonicalise`` rewrites
+the syntax tree of a unit (a function and the helpers it calls) into one form for all those variants:
+
+* **dead code**: asserts, prints, ``pass``, bare expressions without effect, ``del``, input checks
+  (``if ...: raise ...``, a bare call of ``check_*`` or ``validate*``) and assignments whose value is never
+  read are dropped;
+* **optional parameters**: a parameter the exercise's signature does not have (tfmlib's ``scale=None``,
+  ``dropout_p=0.0``) is fixed at its default, the way the graded function is called;
+* **temporaries**: a variable assigned once and read once is replaced by its value, so an expression split
+  into one line per step reads as the one expression again;
+* **helpers**: a call of a function the unit defines (or of another graded function the answer defines, passed
+  as ``inline``) whose body is straight-line code is replaced by that body;
+* **loops**: ``i = a; while i < b: ...; i += s`` becomes ``for i in range(a, b, s)``, and ``range(0, n, 1)``
+  becomes ``range(n)``;
+* **spellings** that compute the same (``spell``): ``torch.matmul(a, b)``, ``a.matmul(b)``, ``torch.bmm`` and
+  ``a @ b``; ``x.transpose(-2, -1)``, ``x.transpose(-1, -2)``, ``x.swapaxes(-1, -2)`` and ``x.mT``;
+  ``/ math.sqrt(d)``, ``* (1 / d ** 0.5)``, ``* torch.rsqrt(d)`` and ``* d ** -0.5``; ``torch.f(x, ...)``,
+  ``F.f(x, ...)`` and ``x.f(...)``; ``dim=`` given by name or position; ``x.size(i)`` and ``x.shape[i]``;
+  ``b, t, d = x.shape`` and three subscripts; ``x += y`` and ``x = x + y``; ``a > b`` and ``b < a``;
+  ``float("-inf")``, ``-math.inf`` and ``-torch.inf``; ``x.pow(2)``, ``torch.square(x)`` and ``x ** 2``;
+  ``1.0`` and ``1``; ``.contiguous()`` dropped.
+
+Independent statements are put in one order and the names the code binds replaced afterwards, by
+``similarity.normalise``; ``commute`` then sorts the operands of ``+``, ``*``, ``&`` and ``|``.  Nothing here
+runs learner code: it only rewrites trees, and every rewrite is bounded (no recursion on learner-controlled
+depth beyond what ``ast`` itself does).
+"""
+from __future__ import annotations
+
+import ast
+import copy
+
+MAX_ROUNDS = 20          # fixpoint iterations of the statement passes
+MAX_INLINE_DEPTH = 3     # helpers inlined through at most this many levels
+MAX_INLINED_STATEMENTS = 200
+MAX_COPIED = 400       # a value used more than once is copied into its uses only up to this many nodes
+MAX_GRADED_INLINE = 40  # another graded function is inlined only when its body is one expression this small
+MAX_SCOPE = 3000       # ... and only while the function has fewer nodes than this
+
+MODULES = {"torch", "F", "np", "numpy", "math", "nn"}
+FUNCTIONAL = ("torch.nn.functional.", "nn.functional.", "F.", "torch.linalg.", "torch.special.")
+MATMUL = {"matmul", "bmm", "mm"}
+# torch.f(x, ...) == x.f(...)
+METHOD_FORM = {"softmax", "log_softmax", "exp", "log", "tanh", "sigmoid", "relu", "sum", "mean", "amax", "amin",
+               "max", "min", "masked_fill", "transpose", "reshape", "abs", "clamp", "clip", "argsort", "any", "all",
+               "cumsum", "var", "std", "unsqueeze", "squeeze", "argmax", "argmin", "logsumexp", "tril", "triu",
+               "flatten", "permute", "view", "maximum", "minimum", "scatter", "gather", "exp2", "neg", "square",
+               "pow", "sqrt", "rsqrt", "swapaxes", "swapdims", "logical_not", "norm", "detach", "float"}
+DIM_FIRST = {"softmax", "log_softmax", "sum", "mean", "amax", "amin", "argsort", "any", "all", "cumsum", "var",
+             "std", "max", "min", "argmax", "argmin", "unsqueeze", "squeeze", "logsumexp", "count_nonzero"}
+NO_EFFECT_CALLS = {"print", "display", "breakpoint"}
+
+
+def dotted(node: ast.AST) -> str | None:
+    """``torch.nn.functional.softmax`` for that attribute chain; None for anything else."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return ".".join([node.id] + parts[::-1])
+    return None
+
+
+def _const(node, *values) -> bool:
+    return isinstance(node, ast.Constant) and not isinstance(node.value, bool) and \
+        isinstance(node.value, (int, float)) and node.value in values
+
+
+def _neg_const(node, value) -> bool:
+    return (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and _const(node.operand, value)) or \
+        _const(node, -value)
+
+
+def _pow(base: ast.expr, exponent: float) -> ast.expr:
+    return ast.BinOp(base, ast.Pow(), ast.Constant(exponent) if exponent >= 0 else
+                     ast.UnaryOp(ast.USub(), ast.Constant(-exponent)))
+
+
+def _is_pow(node, exponent: float) -> bool:
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow)):
+        return False
+    return _const(node.right, exponent) if exponent >= 0 else _neg_const(node.right, -exponent)
+
+
+def _constant_like(node: ast.AST) -> bool:
+    """A number, +-INF, or minus one of them."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return (isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and
+            not isinstance(node.value, bool)) or (isinstance(node, ast.Name) and node.id == "INF")
+
+
+def _inf(negative: bool) -> ast.expr:
+    name = ast.Name("INF", ast.Load())
+    return ast.UnaryOp(ast.USub(), name) if negative else name
+
+
+class Constants(ast.NodeTransformer):
+    """A module constant the code reads but does not bind (``NOTES_PARAMS``, ``CHINCHILLA_PARAMS``) -> ``CONST``:
+    its name is the author's choice, like a variable's."""
+
+    def __init__(self, bound: set[str]):
+        self.bound = bound
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load) and len(node.id) > 1 and node.id.isupper() and node.id != "INF" \
+                and node.id not in self.bound:
+            return ast.Name("CONST", ast.Load())
+        return node
+
+
+class Spellings(ast.NodeTransformer):
+    """One spelling for operations that compute the same (see the module's docstring)."""
+
+    def visit_Constant(self, node):
+        if isinstance(node.value, float) and node.value.is_integer() and abs(node.value) < 1e15:
+            return ast.Constant(int(node.value))
+        return node
+
+    def visit_Attribute(self, node):
+        self.generic_visit(node)
+        name = dotted(node)
+        if name in ("math.inf", "torch.inf", "np.inf", "numpy.inf"):
+            return _inf(False)
+        if node.attr in ("shape", "dtype", "device") and isinstance(node.ctx, ast.Load):
+            # which tensor a size is read from is bookkeeping: (x @ W).shape[0] and x.shape[0] are one size
+            return ast.Attribute(ast.Name("TENSOR", ast.Load()), node.attr, ast.Load())
+        return node
+
+    def visit_If(self, node):
+        # if x is None: x = default  ->  x = default if x is None else x
+        self.generic_visit(node)
+        t = node.test
+        if not node.orelse and len(node.body) == 1 and isinstance(node.body[0], ast.Assign) \
+                and len(node.body[0].targets) == 1 and isinstance(node.body[0].targets[0], ast.Name) \
+                and isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], (ast.Is, ast.Eq)) \
+                and isinstance(t.left, ast.Name) and t.left.id == node.body[0].targets[0].id \
+                and isinstance(t.comparators[0], ast.Constant) and t.comparators[0].value is None:
+            name = t.left.id
+            return ast.Assign([ast.Name(name, ast.Store())],
+                              ast.IfExp(t, node.body[0].value, ast.Name(name, ast.Load())), lineno=0)
+        return node
+
+    def visit_AnnAssign(self, node):
+        self.generic_visit(node)
+        if node.value is None or not node.simple:
+            return None if node.value is None else node
+        return ast.Assign([node.target], node.value, lineno=getattr(node, "lineno", 0))
+
+    def visit_IfExp(self, node):
+        self.generic_visit(node)
+        t = node.test
+        if isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], (ast.IsNot, ast.NotEq)):
+            op = ast.Is() if isinstance(t.ops[0], ast.IsNot) else ast.Eq()
+            return ast.IfExp(ast.Compare(t.left, [op], t.comparators), node.orelse, node.body)
+        if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not):
+            return ast.IfExp(t.operand, node.orelse, node.body)
+        return node
+
+    def visit_UnaryOp(self, node):
+        self.generic_visit(node)
+        if isinstance(node.op, ast.USub) and isinstance(node.operand, ast.UnaryOp) \
+                and isinstance(node.operand.op, ast.USub):
+            return node.operand.operand
+        return node
+
+    def visit_AugAssign(self, node):
+        self.generic_visit(node)
+        if isinstance(node.target, ast.Name):
+            return ast.Assign([node.target], ast.BinOp(ast.Name(node.target.id, ast.Load()), node.op, node.value),
+                              lineno=getattr(node, "lineno", 0))
+        return node
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if len(node.ops) == 1:
+            flip = {ast.Gt: ast.Lt, ast.GtE: ast.LtE}.get(type(node.ops[0]))
+            if flip is not None:
+                return ast.Compare(node.comparators[0], [flip()], [node.left])
+            right = node.comparators[0]
+            if isinstance(node.ops[0], (ast.Eq, ast.Is)) and isinstance(right, ast.Constant) \
+                    and right.value is False:             # mask == False
+                return ast.UnaryOp(ast.Invert(), node.left)
+        return node
+
+    def visit_Subscript(self, node):
+        self.generic_visit(node)
+        s = node.slice
+        if isinstance(s, ast.Tuple) and len(s.elts) > 1:
+            elts = list(s.elts)
+            while len(elts) > 1 and isinstance(elts[-1], ast.Slice) and elts[-1].lower is None \
+                    and elts[-1].upper is None and elts[-1].step is None:
+                elts.pop()
+            node.slice = elts[0] if len(elts) == 1 else ast.Tuple(elts, ast.Load())
+        return node
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        left, right = node.left, node.right
+        if isinstance(node.op, ast.Div):
+            if _is_pow(right, 0.5):                       # a / d ** 0.5  ->  a * d ** -0.5
+                inv = _pow(right.left, -0.5)
+                return inv if _const(left, 1) else ast.BinOp(left, ast.Mult(), inv)
+            if _const(left, 1) and _is_pow(right, -0.5):  # 1 / d ** -0.5 -> d ** 0.5
+                return _pow(right.left, 0.5)
+        if isinstance(node.op, ast.Pow) and _is_pow(left, 0.5) and _neg_const(right, 1):
+            return _pow(left.left, -0.5)                  # (d ** 0.5) ** -1
+        if isinstance(node.op, ast.Pow) and _is_pow(left, 0.5) and _const(right, 2):
+            return left.left
+        if isinstance(node.op, ast.Mult) and _const(right, 1):
+            return left
+        if isinstance(node.op, ast.Mult) and _const(left, 1):
+            return right
+        if isinstance(node.op, ast.Mult) and isinstance(left, ast.Name) and isinstance(right, ast.Name) \
+                and left.id == right.id:
+            return _pow(left, 2)
+        return node
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        func = node.func
+        name = dotted(func)
+        if name is not None:
+            for prefix in FUNCTIONAL:
+                if name.startswith(prefix):
+                    name = "torch." + name[len(prefix):]
+        args, kw = node.args, node.keywords
+        if any(isinstance(a, ast.Starred) for a in args) or any(k.arg is None for k in kw):
+            return node
+        if name in ("float",) and len(args) == 1 and isinstance(args[0], ast.Constant) \
+                and isinstance(args[0].value, str) and args[0].value.strip().lower() in ("inf", "-inf", "+inf"):
+            return _inf(args[0].value.strip().startswith("-"))
+        if name in ("torch.tensor", "torch.as_tensor") and len(args) == 1 and _constant_like(args[0]):
+            return args[0]                        # torch.tensor(0.0) where a number would do
+        if name in ("torch.full_like",) and len(args) == 2:
+            return args[1]
+        if name in ("torch.zeros_like",) and len(args) == 1:
+            return ast.Constant(0)
+        if name == "torch.where" and len(args) == 3 and not kw:
+            cond, a, b = args                     # torch.where(m, x, c) -> x.masked_fill(~m, c)
+            if _constant_like(b):
+                return ast.Call(ast.Attribute(a, "masked_fill", ast.Load()),
+                                [ast.UnaryOp(ast.Invert(), cond), b], [])
+            if _constant_like(a):
+                return ast.Call(ast.Attribute(b, "masked_fill", ast.Load()), [cond, a], [])
+        # torch.f(x, ...) -> x.f(...)
+        if name is not None and name.count(".") == 1 and name.split(".")[0] in MODULES and args:
+            module, fn = name.split(".")
+            if fn in MATMUL and len(args) == 2 and not kw:
+                return ast.BinOp(args[0], ast.MatMult(), args[1])
+            if fn == "sqrt" and len(args) == 1 and not kw:
+                return _pow(args[0], 0.5)
+            if fn in METHOD_FORM and module != "math":
+                return self.visit_Call(ast.Call(ast.Attribute(args[0], fn, ast.Load()), args[1:], kw))
+            return node
+        if not isinstance(func, ast.Attribute) or (name is not None and name.split(".")[0] in MODULES
+                                                   and name.count(".") >= 1 and isinstance(func.value, ast.Name)):
+            return node
+        obj, fn = func.value, func.attr
+        if fn in MATMUL and len(args) == 1 and not kw:
+            return ast.BinOp(obj, ast.MatMult(), args[0])
+        if fn == "contiguous" and not args and not kw:
+            return obj
+        if fn == "size" and not kw:
+            shape = self.visit_Attribute(ast.Attribute(obj, "shape", ast.Load()))
+            return ast.Subscript(shape, args[0], ast.Load()) if len(args) == 1 else shape if not args else node
+        if fn == "sqrt" and not args and not kw:
+            return _pow(obj, 0.5)
+        if fn == "rsqrt" and not args and not kw:
+            return _pow(obj, -0.5)
+        if fn == "square" and not args and not kw:
+            return _pow(obj, 2)
+        if fn == "pow" and len(args) == 1 and not kw:
+            return ast.BinOp(obj, ast.Pow(), args[0])
+        if fn == "neg" and not args and not kw:
+            return ast.UnaryOp(ast.USub(), obj)
+        if fn == "logical_not" and not args and not kw:
+            return ast.UnaryOp(ast.Invert(), obj)
+        if fn in ("swapaxes", "swapdims"):
+            fn = "transpose"
+            node = ast.Call(ast.Attribute(obj, fn, ast.Load()), args, kw)
+        if fn == "transpose" and len(args) == 2 and not kw:
+            a, b = args
+            pair = {ast.unparse(a), ast.unparse(b)}
+            if pair == {"-2", "-1"}:
+                return ast.Attribute(obj, "mT", ast.Load())
+            if isinstance(a, ast.Constant) and isinstance(b, ast.Constant) and isinstance(a.value, int) \
+                    and isinstance(b.value, int) and a.value > b.value:
+                node.args = [b, a]
+            return node
+        if fn in DIM_FIRST and not args:
+            dims = [k for k in kw if k.arg == "dim"]
+            if dims:
+                node.args = [dims[0].value]
+                node.keywords = [k for k in kw if k.arg != "dim"]
+        return node
+
+
+def _commutes(op) -> bool:
+    return isinstance(op, (ast.Add, ast.Mult, ast.BitAnd, ast.BitOr))
+
+
+class Commute(ast.NodeTransformer):
+    """The operands of ``+``, ``*``, ``&`` and ``|`` in the order of their text (run after renaming)."""
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        if not _commutes(node.op):
+            return node
+        operands, todo = [], [node]
+        while todo:                               # a + (b + c) and (a + b) + c: one chain of operands
+            n = todo.pop()
+            if isinstance(n, ast.BinOp) and type(n.op) is type(node.op):
+                todo += [n.left, n.right]
+            else:
+                operands.append(n)
+        operands.sort(key=ast.unparse)
+        out = operands[0]
+        for o in operands[1:]:
+            out = ast.BinOp(out, type(node.op)(), o)
+        return out
+
+
+# --- statements ---------------------------------------------------------------------------------------------
+
+BLOCKS = ("body", "orelse", "finalbody")
+
+
+def _blocks(node: ast.AST):
+    """Every statement list under ``node`` (itself included when it has one), outermost first."""
+    for sub in ast.walk(node):
+        for attr in BLOCKS:
+            body = getattr(sub, attr, None)
+            if isinstance(body, list) and body and all(isinstance(s, ast.stmt) for s in body):
+                yield sub, attr, body
+        if isinstance(sub, ast.Try):
+            for h in sub.handlers:
+                yield h, "body", h.body
+
+
+def _useless(stmt: ast.stmt) -> bool:
+    """A statement that changes nothing the function returns: assert, pass, print, a bare value, an input
+    check that only raises."""
+    if isinstance(stmt, (ast.Assert, ast.Pass, ast.Delete)):
+        return True
+    if isinstance(stmt, ast.Expr):
+        v = stmt.value
+        if isinstance(v, (ast.Constant, ast.Name, ast.Attribute, ast.Subscript, ast.Compare, ast.BinOp)):
+            return True
+        if isinstance(v, ast.Call) and dotted(v.func) in NO_EFFECT_CALLS:
+            return True
+        if isinstance(v, ast.Call) and dotted(v.func) in ("warnings.warn", "logging.info", "logging.debug"):
+            return True
+        if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and \
+                v.func.id.lstrip("_").startswith(("check", "validate")):
+            return True                           # an input check: check_attention_inputs(q, k, v, mask)
+    if isinstance(stmt, ast.If) and not stmt.orelse and all(isinstance(s, ast.Raise) for s in stmt.body):
+        return True
+    return False
+
+
+def _loads_stores(tree: ast.AST) -> tuple[dict[str, int], dict[str, int]]:
+    loads, stores = {}, {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            d = loads if isinstance(node.ctx, ast.Load) else stores
+            d[node.id] = d.get(node.id, 0) + 1
+        elif isinstance(node, ast.arg):
+            stores[node.arg] = stores.get(node.arg, 0) + 1
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            loads[node.target.id] = loads.get(node.target.id, 0) + 1
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            stores[node.name] = stores.get(node.name, 0) + 1
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            for n in node.names:
+                loads[n] = loads.get(n, 0) + 1
+    return loads, stores
+
+
+def _shape_unpack(body: list[ast.stmt]) -> bool:
+    """``b, t, d = x.shape`` -> ``b = x.shape[0]`` ...; ``a, b = (e1, e2)`` -> two assignments."""
+    changed = False
+    i = 0
+    while i < len(body):
+        s = body[i]
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Tuple) \
+                and all(isinstance(t, ast.Name) for t in s.targets[0].elts):
+            names = [t.id for t in s.targets[0].elts]
+            v = s.value
+            new = None
+            if isinstance(v, ast.Attribute) and v.attr == "shape" and not any(
+                    isinstance(n, ast.Call) for n in ast.walk(v)):
+                new = [ast.Assign([ast.Name(n, ast.Store())], ast.Subscript(copy.deepcopy(v), ast.Constant(j),
+                                                                             ast.Load()), lineno=0)
+                       for j, n in enumerate(names)]
+            elif isinstance(v, ast.Tuple) and len(v.elts) == len(names) and len(set(names)) == len(names) and \
+                    not {n.id for n in ast.walk(v) if isinstance(n, ast.Name)} & set(names):
+                new = [ast.Assign([ast.Name(n, ast.Store())], e, lineno=0) for n, e in zip(names, v.elts)]
+            elif isinstance(v, (ast.ListComp, ast.GeneratorExp)) and len(v.generators) == 1 \
+                    and not v.generators[0].ifs and isinstance(v.generators[0].target, ast.Name) \
+                    and isinstance(v.generators[0].iter, (ast.Tuple, ast.List)) \
+                    and len(v.generators[0].iter.elts) == len(names) and len(set(names)) == len(names):
+                # q, k, v = [f(W) for W in (A, B, C)] -> q = f(A); k = f(B); v = f(C)
+                var = v.generators[0].target.id
+                new = [ast.Assign([ast.Name(n, ast.Store())], _Replace({var: e}).visit(copy.deepcopy(v.elt)),
+                                  lineno=0) for n, e in zip(names, v.generators[0].iter.elts)]
+            elif not isinstance(v, (ast.Tuple, ast.List)) and len(set(names)) == len(names):
+                tmp = f"_unpacked{id(s)}"           # a, b = f(...) -> t = f(...); a = t[0]; b = t[1]
+                new = [ast.Assign([ast.Name(tmp, ast.Store())], v, lineno=0)] + [
+                    ast.Assign([ast.Name(n, ast.Store())], ast.Subscript(ast.Name(tmp, ast.Load()), ast.Constant(j),
+                                                                         ast.Load()), lineno=0)
+                    for j, n in enumerate(names)]
+            if new is not None:
+                body[i:i + 1] = new
+                changed = True
+                i += len(new)
+                continue
+        i += 1
+    return changed
+
+
+def _range_args(call: ast.Call) -> None:
+    """``range(0, n)`` -> ``range(n)``; ``range(a, b, 1)`` -> ``range(a, b)``."""
+    if len(call.args) == 3 and _const(call.args[2], 1):
+        call.args = call.args[:2]
+    if len(call.args) == 2 and _const(call.args[0], 0):
+        call.args = call.args[1:]
+
+
+def _while_to_for(body: list[ast.stmt], func: ast.AST) -> bool:
+    """``i = a`` ... ``while i < b: ...; i = i + s`` -> ``for i in range(a, b, s)`` when the loop body writes ``i``
+    only in its last statement, has no ``break``/``continue``, and ``i`` is not read after the loop."""
+    changed = False
+    for j, loop in enumerate(body):
+        if not (isinstance(loop, ast.While) and not loop.orelse and isinstance(loop.test, ast.Compare)
+                and len(loop.test.ops) == 1 and isinstance(loop.test.ops[0], ast.Lt)
+                and isinstance(loop.test.left, ast.Name) and loop.body):
+            continue
+        var = loop.test.left.id
+        last = loop.body[-1]
+        step = None
+        if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name) \
+                and last.targets[0].id == var and isinstance(last.value, ast.BinOp) \
+                and isinstance(last.value.op, ast.Add):
+            a, b = last.value.left, last.value.right
+            if isinstance(a, ast.Name) and a.id == var:
+                step = b
+            elif isinstance(b, ast.Name) and b.id == var:
+                step = a
+        if step is None or any(isinstance(n, ast.Name) and n.id == var for n in ast.walk(step)):
+            continue
+        inner = loop.body[:-1]
+        if any(isinstance(n, (ast.Break, ast.Continue)) for s in inner for n in ast.walk(s)):
+            continue
+        if any(isinstance(n, ast.Name) and n.id == var and not isinstance(n.ctx, ast.Load)
+               for s in inner for n in ast.walk(s)):
+            continue
+        # the initialisation: the last assignment to var before the loop in this block
+        init = None
+        for i in range(j - 1, -1, -1):
+            s = body[i]
+            if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) \
+                    and s.targets[0].id == var:
+                init = i
+                break
+            if any(isinstance(n, ast.Name) and n.id == var for n in ast.walk(s)):
+                break
+        if init is None:
+            continue
+        if any(isinstance(n, ast.Name) and n.id == var for s in body[j + 1:] for n in ast.walk(s)):
+            continue
+        call = ast.Call(ast.Name("range", ast.Load()), [body[init].value, loop.test.comparators[0], step], [])
+        _range_args(call)
+        body[j] = ast.For(ast.Name(var, ast.Store()), call, inner or [ast.Pass()], [], lineno=0)
+        del body[init]
+        changed = True
+        break
+    return changed
+
+
+def _reads(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _writes(node: ast.AST) -> set[str]:
+    out = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr.endswith("_") \
+                and isinstance(n.func.value, ast.Name):
+            out.add(n.func.value.id)              # x.masked_fill_(...) changes x
+        if isinstance(n, (ast.Subscript, ast.Attribute)) and isinstance(n.ctx, ast.Store):
+            base = n.value
+            while isinstance(base, (ast.Subscript, ast.Attribute)):
+                base = base.value
+            if isinstance(base, ast.Name):
+                out.add(base.id)                  # x[...] = ... changes x
+    return out
+
+
+class _Replace(ast.NodeTransformer):
+    def __init__(self, mapping: dict[str, ast.expr]):
+        self.mapping = mapping
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load) and node.id in self.mapping:
+            return copy.deepcopy(self.mapping[node.id])
+        return node
+
+
+def _mutated(scope: ast.AST) -> set[str]:
+    """Names whose object the code changes in place: ``x[...] = ...``, ``x.attr = ...``, ``x.fill_(...)``."""
+    out = set()
+    for n in ast.walk(scope):
+        if isinstance(n, (ast.Subscript, ast.Attribute)) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            base = n.value
+            while isinstance(base, (ast.Subscript, ast.Attribute)):
+                base = base.value
+            if isinstance(base, ast.Name):
+                out.add(base.id)
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr.endswith("_") \
+                and not n.func.attr.startswith("_"):
+            base = n.func.value
+            while isinstance(base, (ast.Subscript, ast.Attribute)):
+                base = base.value
+            if isinstance(base, ast.Name):
+                out.add(base.id)
+    return out
+
+
+def _size(node: ast.AST) -> int:
+    return sum(1 for _ in ast.walk(node))
+
+
+def _inline_temporaries(scope: ast.AST, params: set[str], once_only: bool = False) -> bool:
+    """``_inline_variable`` for a variable read once if there is one, else for one read more than once (the
+    first such in the code), so that the result does not depend on how the code was split into lines."""
+    return _inline_variable(scope, params, True, once_only) or \
+        (not once_only and _inline_variable(scope, params, False, False))
+
+
+def _inline_variable(scope: ast.AST, params: set[str], single: bool, module: bool) -> bool:
+    """Replace one variable that is assigned once (and never changed in place) by its value at every use, when
+    every use comes later in the same block and nothing the value reads changes in between.  A value used more
+    than once is inlined only when it is small (MAX_COPIED nodes), so that no expression grows without bound."""
+    loads, stores = _loads_stores(scope)
+    mutated = _mutated(scope)
+    for _, _, body in list(_blocks(scope)):
+        for i, s in enumerate(body):
+            if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)):
+                continue
+            name = s.targets[0].id
+            uses = loads.get(name, 0)
+            if name in params or name in mutated or stores.get(name) != 1 or not uses \
+                    or (uses > 1 and (single or _size(s.value) > MAX_COPIED or _size(scope) > MAX_SCOPE)) \
+                    or (module and any(isinstance(n, ast.Call) for n in ast.walk(s.value))):
+                continue
+            value_reads = _reads(s.value)
+            if name in value_reads or any(isinstance(n, (ast.Lambda, ast.NamedExpr, ast.Yield, ast.Await))
+                                          for n in ast.walk(s.value)):
+                continue
+            found, ok = 0, True
+            for j in range(i + 1, len(body)):
+                later = body[j]
+                here = sum(1 for n in ast.walk(later) if isinstance(n, ast.Name) and n.id == name
+                           and isinstance(n.ctx, ast.Load))
+                if here:
+                    simple = isinstance(later, (ast.Assign, ast.Return, ast.Expr, ast.AugAssign))
+                    if isinstance(later, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or \
+                            (not simple and value_reads & _writes(later)) or \
+                            any(isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp))
+                                and name in _reads(n) and value_reads & _writes(n) for n in ast.walk(later)):
+                        ok = False
+                        break
+                    found += here
+                    if found == uses:
+                        break
+                if value_reads & _writes(later):
+                    ok = found == uses
+                    break
+            if not ok or found != uses:
+                continue
+            for later in body[i + 1:j + 1]:
+                _Replace({name: s.value}).visit(later)
+            del body[i]
+            return True
+    return False
+
+
+def _merge_reassignments(body: list[ast.stmt]) -> bool:
+    """``x = e1`` directly followed by ``x = f(x)`` (``x`` read once) -> ``x = f(e1)``."""
+    for i in range(len(body) - 1):
+        a, b = body[i], body[i + 1]
+        if not (isinstance(a, ast.Assign) and isinstance(b, ast.Assign) and len(a.targets) == len(b.targets) == 1
+                and isinstance(a.targets[0], ast.Name) and isinstance(b.targets[0], ast.Name)
+                and a.targets[0].id == b.targets[0].id):
+            continue
+        name = a.targets[0].id
+        reads = [n for n in ast.walk(b.value) if isinstance(n, ast.Name) and n.id == name]
+        if len(reads) != 1:
+            continue
+        if any(isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp))
+               for n in ast.walk(b.value)):
+            continue
+        b.value = _Replace({name: a.value}).visit(b.value)
+        del body[i]
+        return True
+    return False
+
+
+def _drop_dead(func: ast.AST, keep: set[str], useless_only: bool = False) -> bool:
+    """Useless statements, and assignments to names nobody reads, removed (a block never left empty)."""
+    loads, _ = _loads_stores(func)
+    changed = False
+    for _, attr, body in list(_blocks(func)):
+        kept = []
+        for s in body:
+            dead = _useless(s) or (not useless_only and
+                isinstance(s, ast.Assign) and all(isinstance(t, (ast.Name, ast.Tuple)) for t in s.targets) and all(
+                    isinstance(n, ast.Name) and n.id not in keep and not loads.get(n.id)
+                    for t in s.targets for n in ast.walk(t) if isinstance(n, ast.Name)))
+            if not dead:
+                kept.append(s)
+        if len(kept) != len(body):
+            body[:] = kept or [ast.Pass()]
+            changed = True
+    return changed
+
+
+def _fresh_params(func: ast.FunctionDef) -> None:
+    """A parameter assigned once more, at the top of the body (``x = x.detach()``), becomes a new variable from
+    there on, as if the code had used another name for it."""
+    params = {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)}
+    _, stores = _loads_stores(func)
+    for i, s in enumerate(func.body):
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) \
+                and s.targets[0].id in params and stores.get(s.targets[0].id) == 2:
+            old, new = s.targets[0].id, f"{s.targets[0].id}_{i}"
+            s.targets[0].id = new
+            for later in func.body[i + 1:]:
+                for n in ast.walk(later):
+                    if isinstance(n, ast.Name) and n.id == old:
+                        n.id = new
+
+
+def simplify_function(func: ast.FunctionDef | ast.Module) -> None:
+    """Dead code, shape unpacking, while loops and temporaries of one function, to a fixpoint.  Of a module
+    (a code cell of the site) every name may be read by a later cell: only useless statements are dropped and
+    only variables read once in it are inlined."""
+    module = isinstance(func, ast.Module)
+    if not module:
+        _fresh_params(func)
+    params = set() if module else {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)}
+    for _ in range(MAX_ROUNDS):
+        changed = _drop_dead(func, set(), module)
+        for _, _, body in list(_blocks(func)):
+            changed |= _shape_unpack(body)
+            changed |= _while_to_for(body, func)
+            changed |= _merge_reassignments(body)
+        for node in ast.walk(func):
+            if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and dotted(node.iter.func) == "range":
+                _range_args(node.iter)
+        if _inline_temporaries(func, params, once_only=module):
+            Spellings().visit(func)               # an inlined value may complete a pattern (a / d ** 0.5)
+            changed = True
+        if not changed:
+            break
+
+
+# --- helpers inlined ----------------------------------------------------------------------------------------
+
+def _inlinable(func: ast.FunctionDef) -> bool:
+    """A body that ends in its only ``return`` (no other exit, no nested function, no ``global``)."""
+    a = func.args
+    if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or func.decorator_list:
+        return False
+    body = func.body
+    if not body or not isinstance(body[-1], ast.Return) or body[-1].value is None or len(body) > 20:
+        return False
+    return not any(isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom, ast.FunctionDef, ast.AsyncFunctionDef,
+                                  ast.ClassDef, ast.Lambda, ast.Global, ast.Nonlocal, ast.Try, ast.Raise))
+                   for s in body[:-1] for n in ast.walk(s))
+
+
+class _Inliner:
+    def __init__(self, defs: dict[str, ast.FunctionDef]):
+        self.defs = {n: f for n, f in defs.items() if _inlinable(f)}
+        self.count = 0
+
+    def _expand(self, call: ast.Call, hoisted: list[ast.stmt]) -> ast.expr | None:
+        func = self.defs.get(call.func.id) if isinstance(call.func, ast.Name) else None
+        if func is None or any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in
+                                                                                    call.keywords):
+            return None
+        params = [a.arg for a in func.args.args]
+        if len(call.args) > len(params):
+            return None
+        bound = dict(zip(params, call.args))
+        for k in call.keywords:
+            if k.arg not in params or k.arg in bound:
+                return None
+            bound[k.arg] = k.value
+        defaults = dict(zip(params[len(params) - len(func.args.defaults):], func.args.defaults))
+        for p in params:
+            if p not in bound:
+                if p not in defaults:
+                    return None
+                bound[p] = defaults[p]
+        self.count += 1
+        body = copy.deepcopy(func.body)
+        if len(body) == 1:
+            return _Replace(bound).visit(body[0]).value
+        fresh = {}
+        for p in params:
+            fresh[p] = f"_{func.name}{self.count}_{p}"
+            hoisted.append(ast.Assign([ast.Name(fresh[p], ast.Store())], copy.deepcopy(bound[p]), lineno=0))
+        for s in body:
+            for n in ast.walk(s):
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id not in fresh:
+                    fresh[n.id] = f"_{func.name}{self.count}_{n.id}"
+        for s in body:
+            for n in ast.walk(s):
+                if isinstance(n, ast.Name) and n.id in fresh:
+                    n.id = fresh[n.id]
+        hoisted.extend(body[:-1])
+        return body[-1].value
+
+    def statement(self, stmt: ast.stmt, own: str) -> list[ast.stmt]:
+        """``stmt`` with the helper calls in its own expressions replaced (not those of nested blocks)."""
+        hoisted: list[ast.stmt] = []
+        inliner = self
+
+        class T(ast.NodeTransformer):
+            def visit_Call(self, node):
+                self.generic_visit(node)
+                if isinstance(node.func, ast.Name) and node.func.id != own:
+                    new = inliner._expand(node, hoisted)
+                    if new is not None:
+                        return new
+                return node
+
+            def visit_Lambda(self, node):
+                return node
+
+        if isinstance(stmt, (ast.If, ast.While)):
+            if isinstance(stmt, ast.If):
+                stmt.test = T().visit(stmt.test)
+        elif isinstance(stmt, ast.For):
+            stmt.iter = T().visit(stmt.iter)
+        elif isinstance(stmt, (ast.With, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            pass
+        else:
+            stmt = T().visit(stmt)
+        return hoisted + [stmt]
+
+    def function(self, func: ast.FunctionDef) -> bool:
+        before = self.count
+        for _, _, body in list(_blocks(func)):
+            new = []
+            for s in body:
+                new.extend(self.statement(s, func.name))
+                if len(new) > MAX_INLINED_STATEMENTS:
+                    return self.count != before
+            body[:] = new
+        return self.count != before
+
+
+class _Fold(ast.NodeTransformer):
+    """Conditions on constants decided: ``None is None``, ``0.0 > 0``, ``x if True else y``, ``if False: ...``."""
+
+    @staticmethod
+    def _value(node):
+        if isinstance(node, ast.Constant):
+            return True, node.value
+        return False, None
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if len(node.ops) != 1:
+            return node
+        (ka, a), (kb, b) = self._value(node.left), self._value(node.comparators[0])
+        if not (ka and kb):
+            return node
+        op = node.ops[0]
+        try:
+            result = {ast.Is: lambda: a is b, ast.IsNot: lambda: a is not b, ast.Eq: lambda: a == b,
+                      ast.NotEq: lambda: a != b, ast.Lt: lambda: a < b, ast.LtE: lambda: a <= b,
+                      ast.Gt: lambda: a > b, ast.GtE: lambda: a >= b}[type(op)]()
+        except (KeyError, TypeError):
+            return node
+        return ast.Constant(bool(result))
+
+    def visit_IfExp(self, node):
+        self.generic_visit(node)
+        known, value = self._value(node.test)
+        return (node.body if value else node.orelse) if known else node
+
+    def visit_If(self, node):
+        self.generic_visit(node)
+        known, value = self._value(node.test)
+        if not known:
+            return node
+        return (node.body if value else node.orelse) or None
+
+
+def _specialise(func: ast.FunctionDef, contract: int) -> None:
+    """Parameters beyond the exercise's signature (its first ``contract`` parameters; tfmlib's ``scale=None``,
+    ``dropout_p=0.0``, ``bias=None``) fixed at their defaults, which is how the graded function is called: a copy
+    that dropped them reads the same.  By position, since a copy may rename the parameters."""
+    a = func.args
+    positional = a.posonlyargs + a.args
+    defaults = dict(zip([p.arg for p in positional[len(positional) - len(a.defaults):]], a.defaults))
+    defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
+    kept = {p.arg for p in positional[:contract]}
+    fixed = {n: d for n, d in defaults.items() if n not in kept and isinstance(d, ast.Constant)}
+    for name in list(fixed):
+        # up to its first assignment (``if scale is None: scale = ...``) the parameter is its default
+        first = next((i for i, st in enumerate(func.body) if any(
+            isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in ast.walk(st))),
+            len(func.body))
+        if first < len(func.body):
+            st = func.body[first]
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                st.value = _Replace({name: fixed[name]}).visit(st.value)
+            elif isinstance(st, ast.If) and not any(isinstance(n, ast.Name) and n.id == name and not isinstance(
+                    n.ctx, ast.Load) for n in ast.walk(st.test)):
+                st.test = _Replace({name: fixed[name]}).visit(st.test)
+            else:
+                del fixed[name]
+                continue
+        for st in func.body[:first]:
+            _Replace({name: fixed[name]}).visit(st)
+    if not fixed:
+        return
+    _Fold().visit(func)
+    keep = [p for p in positional if p.arg not in fixed]
+    n_defaults = len([p for p in positional[len(positional) - len(a.defaults):] if p.arg not in fixed])
+    a.defaults = [d for p, d in zip(positional[len(positional) - len(a.defaults):], a.defaults)
+                  if p.arg not in fixed][-n_defaults:] if n_defaults else []
+    a.posonlyargs, a.args = [p for p in a.posonlyargs if p.arg not in fixed], [p for p in a.args if p.arg not in fixed]
+    kw = [(p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if p.arg not in fixed]
+    a.kwonlyargs, a.kw_defaults = [p for p, _ in kw], [d for _, d in kw]
+    assert len(keep) == len(a.posonlyargs) + len(a.args)
+    for i, stmt in enumerate(func.body):
+        if stmt is None:
+            func.body[i] = ast.Pass()
+    func.body = [s for s in func.body if s is not None] or [ast.Pass()]
+
+
+def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] | None = None,
+                 contract: int | None = None) -> list[ast.stmt]:
+    """The unit's statements (modified in place and returned) with the disguises undone.  The first function
+    is the unit's own; helpers it no longer calls after inlining are dropped.  ``inline``: more functions whose
+    calls may be replaced by their bodies (the answer's other graded functions); they are not added.
+    ``contract``: the number of parameters of the exercise's signature; the first function's others are fixed at
+    their defaults (``_specialise``)."""
+    funcs = [s for s in statements if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if len(funcs) < len(statements):                # a code cell: its own statements too
+        rest = ast.Module([s for s in statements if s not in funcs], [])
+        Spellings().visit(rest)
+        simplify_function(rest)
+        statements = [s for s in statements if s in funcs] + rest.body
+    if funcs and contract is not None:
+        _specialise(funcs[0], contract)
+    for f in funcs:
+        Spellings().visit(f)
+        simplify_function(f)
+    extra = {}
+    for name, f in (inline or {}).items():
+        f = copy.deepcopy(f)
+        Spellings().visit(f)
+        simplify_function(f)
+        # only a one-line graded function (split_heads, merge_heads): a longer one is a unit of its own, and
+        # a function that calls it (decoder_block calls layer_norm) is judged on its own code
+        if len(f.body) == 1 and isinstance(f.body[0], ast.Return) and f.body[0].value is not None \
+                and _size(f.body[0].value) <= MAX_GRADED_INLINE:
+            extra[name] = f
+    defs = {**extra, **{f.name: f for f in funcs}}
+    if funcs:
+        main = funcs[0]
+        for _ in range(MAX_INLINE_DEPTH):
+            inliner = _Inliner({n: f for n, f in defs.items() if f is not main})
+            changed = False
+            for f in funcs:
+                changed |= inliner.function(f)
+            if not changed:
+                break
+            for f in funcs:
+                Spellings().visit(f)
+                simplify_function(f)
+        used = {n.id for f in funcs for n in ast.walk(f) if isinstance(n, ast.Name)}
+        statements = [s for s in statements if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+                      or s is main or s.name in used]
+    return statements
