@@ -577,7 +577,8 @@ TAMPERING = ["module-attributes", "namespace-dict", "vars", "setattr", "sys-modu
              "fake-check-object", "builtins-isinstance", "tensor-eq", "alias-tensor-class", "exception-hook",
              "rebind-allclose", "exec-string", "importlib", "dunder-import", "test-variable-in-function",
              "trace-forgery", "blank-line-body", "print-forgery", "frame-globals", "symlink-notebook", "fifo-trace",
-             "audit-fd-close"]
+             "audit-fd-close", "profile-off", "redteam1-class-body-test-module", "redteam1-match-private-attribute",
+             "redteam1-nested-class-foreign-self", "redteam1-test-module-top-level"]
 
 
 @pytest.mark.slow
@@ -612,8 +613,8 @@ def test_verdicts_hold_when_the_scan_is_off(tmp_path, path):
             assert score < best, (student, scores[student])
             caught += bool(flags)
     # The kernel decides nothing (tfmcheck.withheld): rebinding its checks changes no verdict and is not reported;
-    # tampering with the record or the audit channel is.
-    assert caught >= 2, "tampering with the trace or the audit channel is reported as flagged"
+    # tampering with the record or the audit channel, and switching the shortcut check off, are.
+    assert caught >= 3, "tampering with the trace, the audit channel or the shortcut check is reported as flagged"
 
 
 def test_autograde_refuses_to_run_unsandboxed(monkeypatch):
