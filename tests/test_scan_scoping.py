@@ -111,6 +111,11 @@ def test_the_fixtures_scopes_all_match():
     ("class A:\n    def m(self):\n        return 1\n\ndef f(x):\n    return type(A()).m(x)", "type(...)"),
     ("class A:\n    scale = 1\n    def m(self):\n        self = torch.zeros(1)\n        return self.scale\n",
      "not provably your own"),
+    # a local that may hold something else is not provably the answer's own
+    ("class L:\n    merge = None\ndef f(x, y):\n    layout = L()\n    if x:\n        layout = y\n    return layout.merge",
+     "not provably your own"),
+    ("class L:\n    merge = None\ndef f(x, y):\n    layout = L()\n    def g():\n        nonlocal layout\n"
+     "        layout = y\n    g()\n    return layout.merge", "not provably your own"),
     # round 1 of the blind red team
     ("import warnings\nmatch warnings.catch_warnings():\n    case warnings.catch_warnings(_module=m):\n        pass\n",
      "class pattern"),
@@ -149,6 +154,8 @@ def test_a_defined_name_that_library_objects_offer_is_refused_with_a_way_out():
     "        self.scale = torch.nn.Parameter(torch.ones(2))\n    def forward(self, x):\n"
     "        return x * self.scale / (x.var() + self.eps)\ndef f(x):\n    n = Norm()\n"
     "    return n(x) if isinstance(n, Norm) else print(type(n), type(x) is torch.Tensor)",
+    "class HeadLayout:\n    def __init__(self, d):\n        self.d = d\n    def merge(self, y):\n        return y * self.d\n"
+    "def f(x):\n    layout = HeadLayout(2)\n    return layout.merge(x)",
     "class Acc:\n    _count_so_far = 0\n    @classmethod\n    def bump(cls):\n        return cls._count_so_far + 1\n"
     "def f(x):\n    return x * Acc.bump() * Acc()._count_so_far",
 ])

@@ -393,6 +393,35 @@ def _allowed_uses(tree) -> tuple[set[int], set[int]]:
     return names, types_ok
 
 
+def _only_new_instances(function, name, classes) -> bool:
+    """Every binding of ``name`` in ``function``'s own scope is ``name = C(...)`` with C in ``classes``, and no
+    nested scope declares it nonlocal."""
+    parents, found = {}, False
+    for node in ast.walk(function):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+    for node in ast.walk(function):
+        if isinstance(node, ast.Nonlocal) and name in node.names:
+            return False
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not function \
+                and node.name == name:
+            return False
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name.split(".")[0]) == name
+                                                                  for a in node.names):
+            return False
+        if isinstance(node, ast.ExceptHandler) and node.name == name:
+            return False
+        if isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name == name:
+            return False
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, (ast.Store, ast.Del)):
+            owner = parents.get(id(node))
+            if not (isinstance(owner, ast.Assign) and owner.targets == [node] and isinstance(owner.value, ast.Call)
+                    and isinstance(owner.value.func, ast.Name) and owner.value.func.id in classes):
+                return False
+            found = True
+    return found
+
+
 def class_members(trees) -> dict[str, dict[str, str]]:
     """``{class: {name: 'plain' | 'static' | 'class' | 'value'}}`` for the answer's top-level classes: what each
     binds in its body (methods by kind, properties as 'plain'), its own classes' members included."""
@@ -856,6 +885,24 @@ class _Checker(ast.NodeVisitor):
             self.flag(node, f"uses the private attribute '{attr}' on a value that is not provably your own; read "
                             f"private attributes through self (or cls) inside your class's methods")
 
+    def _new_instance_variable(self, name) -> bool:
+        """``name`` is a local variable of a function that only ever holds new instances of the answer's classes:
+        its every binding there is ``name = C(...)`` with C one of the answer's top-level classes, and no nested
+        scope rebinds it (``layout = HeadLayout(...); layout.merge(y)``)."""
+        for k in range(len(self.stack) - 1, 0, -1):
+            scope = self.stack[k]
+            sym = scope.symbol(name)
+            if scope.kind == "class":
+                continue
+            if sym is None or sym.is_global() or sym.is_parameter():
+                return False
+            if sym.is_free():
+                continue
+            if scope.kind != "function" or not isinstance(scope.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return False
+            return _only_new_instances(scope.node, name, self.ctx.learner_classes)
+        return False
+
     def _own_base(self, base) -> bool:
         """``base`` is provably the answer's own object: ``self``/``cls`` (the first parameter of a method of one
         of the answer's classes), one of the answer's classes by name, or a call of one (a new instance)."""
@@ -866,6 +913,8 @@ class _Checker(ast.NodeVisitor):
         if not isinstance(base, ast.Name):
             return False
         if base.id in self.ctx.learner_classes and self.resolve(base.id) == "module":
+            return True
+        if self._new_instance_variable(base.id):
             return True
         for k in range(len(self.stack) - 1, 0, -1):
             scope = self.stack[k]
