@@ -388,7 +388,8 @@ def test_both_grading_paths_take_the_memory_points_from_full_matrix_answers(tmp_
     import nbformat
     from nbgrader.api import Gradebook
 
-    from test_grading import autograde, new_course, require_bwrap
+    from conftest import require_bwrap
+    from test_grading import autograde, new_course
     require_bwrap()
     from fixtures.make_class import with_answers
     from tfmgrader.notebooks import answered

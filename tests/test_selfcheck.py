@@ -23,11 +23,7 @@ VENV_SITE = Path(sys.prefix) / "lib" / f"python{sys.version_info[0]}.{sys.versio
 PACKAGE_FOLDERS = ("tfmlib", "scripts/tfmcheck", "scripts/tfmgrader")   # what pyproject.toml installs
 
 
-def require_bwrap():
-    if shutil.which("bwrap") is None:
-        if os.environ.get("CI"):
-            pytest.fail("bubblewrap is missing: .ci/run must install Debian's bubblewrap")
-        pytest.skip("bubblewrap (Debian package 'bubblewrap') is not installed; the grading sandbox needs it")
+from conftest import require_bwrap  # noqa: E402  (fail under CI, skip elsewhere)
 
 
 # --- what the sandbox sees (no kernel needed) ---------------------------------------------------------
