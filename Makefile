@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: book test test-fast lab lab-instructor check validate release clean venv
+.PHONY: book test test-fast lab lab-instructor check validate release clean venv system-deps
 
 venv: $(STAMP)
 
@@ -22,6 +22,21 @@ $(STAMP): pyproject.toml
 	  npm install --prefix $(VENV)/node --no-audit --no-fund --loglevel=error configurable-http-proxy@$(PROXY_VERSION); \
 	else echo "make: no npm, so no JupyterHub proxy in $(VENV)/node (only the class's hub needs it)"; fi
 	touch $(STAMP)
+
+## system-deps: the Debian/Ubuntu packages the whole test suite needs beyond Python, installed once, as root
+## (`sudo make system-deps`; .ci/run calls it too).  What each is for: README.md, "System packages".  Without them
+## `make test` still passes, but skips those groups of tests and says so at its end.
+SYSTEM_PACKAGES := chromium chromium-driver fonts-noto-cjk bubblewrap postgresql
+system-deps:
+	@need=""; for pkg in $(SYSTEM_PACKAGES); do dpkg -s $$pkg >/dev/null 2>&1 || need="$$need $$pkg"; done; \
+	command -v node >/dev/null || need="$$need nodejs npm"; \
+	if [ -n "$$need" ]; then \
+	  echo "make: installing$$need"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$need; \
+	else echo "make: the system packages are installed ($(SYSTEM_PACKAGES), node and npm)"; fi
+	@command -v npm >/dev/null || { echo "make: node is installed without npm; JupyterHub's proxy needs npm" >&2; exit 1; }
+	@if [ -f $(STAMP) ] && [ ! -x $(VENV)/node/node_modules/.bin/configurable-http-proxy ]; then \
+	  echo "make: $(VENV) was made before npm was there: rm $(STAMP) && make venv installs JupyterHub's proxy"; fi
 
 ## book: execute the chapters (cached) and build the static site into _build/html
 book: $(STAMP)

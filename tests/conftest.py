@@ -80,3 +80,87 @@ LONGEST_FIRST = ["test_grading.py", "test_site.py", "test_selfcheck.py", "test_e
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))     # stable: the others keep their order
+
+
+# --------------------------------------------------------------------------------------------------------------
+# What the machine must provide: fail under CI, skip with a reason elsewhere, and say so at the end of the run.
+# --------------------------------------------------------------------------------------------------------------
+# Debian packages the suite needs beyond Python (README.md, "System packages"; `sudo make system-deps` installs them,
+# and .ci/run calls the same target).
+INSTALL = "sudo make system-deps"
+MISSING = "missing requirement"           # how a skip for a missing requirement starts (the summary reads it)
+PRETEND_ENV = "TFMLIB_TESTS_PRETEND_MISSING"   # comma-separated groups reported missing anyway, or "all" (tests)
+
+
+def under_ci() -> bool:
+    """CI=true (or any value but '', 0, false, no) in the environment: .ci/run on a machine that must have it all."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def require(ok, group: str, missing: str, packages: str = "") -> None:
+    """A missing requirement: fail under CI (``under_ci``), skip with a reason elsewhere.  ``group`` names the tests
+    that cannot run (the summary at the end of the run lists each group once), ``missing`` says what is missing and
+    why it is needed, ``packages`` the Debian packages that provide it ('' when no package does, e.g. root)."""
+    pretend = {g.strip() for g in os.environ.get(PRETEND_ENV, "").split(",") if g.strip()}
+    if ok and not ({"all", group} & pretend):
+        return
+    reason = f"{MISSING} [{group}]: {missing}" + (f" [packages: {packages}]" if packages else "")
+    if under_ci():
+        pytest.fail(reason + f" — CI is set, so this is a failure, not a skip ({INSTALL} installs the packages)",
+                    pytrace=False)
+    pytest.skip(reason)
+
+
+def require_bwrap(group: str = "grading sandbox") -> None:
+    require(shutil.which("bwrap"), group, "bubblewrap, which the grading sandbox runs in", "bubblewrap")
+
+
+def require_browser(group: str) -> None:
+    require(os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER), group,
+            f"a browser to drive ({CHROMIUM} and {CHROMEDRIVER})", "chromium chromium-driver fonts-noto-cjk")
+
+
+def require_root(group: str, why: str) -> None:
+    require(os.geteuid() == 0, group, f"root ({why})")
+
+
+def missing_summary(reasons: list[str]) -> str:
+    """The lines printed at the end of a run in which tests were skipped for missing requirements ('' if none):
+    each group once, with the number of tests skipped, what is missing, and the command that installs packages."""
+    import re
+
+    groups: dict[str, list] = {}
+    for reason in reasons:
+        m = re.search(MISSING + r" \[([^\]]+)\]: (.*?)(?: \[packages: ([^\]]+)\])?$", reason)
+        if m:
+            entry = groups.setdefault(m.group(1), [0, m.group(2), m.group(3) or ""])
+            entry[0] += 1
+    if not groups:
+        return ""
+    lines = ["Not every test ran: this machine lacks what some groups of tests need (CI fails instead of skipping)."]
+    for group, (n, what, packages) in sorted(groups.items()):
+        lines.append(f"  - {group}: {n} test(s) skipped; missing {what}"
+                     + (f" (Debian packages: {packages})" if packages else ""))
+    if any(packages for _, _, packages in groups.values()):
+        lines.append(f"Install the system packages with `{INSTALL}` (Debian/Ubuntu; README.md, 'System packages'), "
+                     "then run `make test` again.")
+    return "\n".join(lines)
+
+
+_SKIPS: list[str] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and isinstance(report.longrepr, tuple) and MISSING in str(report.longrepr[2]):
+        _SKIPS.append(str(report.longrepr[2]).removeprefix("Skipped: "))
+
+
+def pytest_unconfigure(config):
+    """The run's last words (after pytest's own summary line), on the main process only (not pytest-xdist's
+    workers, whose reports reach the main process anyway)."""
+    text = missing_summary(_SKIPS)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if text and reporter is not None and not hasattr(config, "workerinput"):
+        reporter.write_line("")
+        for line in text.splitlines():
+            reporter.write_line(line, yellow=True, bold=line.startswith("Not every"))

@@ -19,7 +19,7 @@ A = "03_self_attention"
 
 @pytest.fixture(scope="module")
 def server():
-    from test_grading import require_bwrap
+    from conftest import require_bwrap
     require_bwrap()
     from tfmgrader.forkserver import ForkServer
     srv = ForkServer(watch="/nonexistent-course", owner=f"{os.getpid()}:None:/nonexistent-course")
@@ -212,7 +212,8 @@ def test_a_kernel_ends_with_its_launcher(server, tmp_path):
 def test_grades_are_those_of_a_sandbox_per_kernel(tmp_path):
     """The same class graded by scripts/grade.py with warm kernels and with a sandbox started per kernel
     (GRADER_FORKSERVER=0): the same grades, statuses and reasons."""
-    from test_grading import new_course, require_bwrap
+    from conftest import require_bwrap
+    from test_grading import new_course
     from fixtures.make_class import make_class
 
     require_bwrap()

@@ -23,11 +23,7 @@ ASSIGNMENTS = ["01_rnn_limits", "02_attention", "03_self_attention", "04_multi_h
                "06_encoder_decoder", "07_efficiency", "08_scaling_laws", "09_modern_gpt"]
 
 
-def require_bwrap():
-    if shutil.which("bwrap") is None:
-        if os.environ.get("CI"):
-            pytest.fail("bubblewrap is missing: .ci/run must install Debian's bubblewrap")
-        pytest.skip("bubblewrap (Debian package 'bubblewrap') is not installed; the grading sandbox needs it")
+from conftest import require_bwrap, require_root  # noqa: E402  (fail under CI, skip elsewhere)
 
 
 # --- the scan ---------------------------------------------------------------------------------------
@@ -665,10 +661,7 @@ def as_user(user, argv, cwd, env_extra=None):
 @pytest.mark.slow
 def test_exchange_round_trip_with_two_student_accounts():
     require_bwrap()
-    if os.geteuid() != 0:
-        if os.environ.get("CI"):
-            pytest.fail("the exchange test needs root to create two student accounts")
-        pytest.skip("the exchange round trip creates two Unix accounts: run as root (CI does)")
+    require_root("nbgrader exchange", "the exchange round trip creates two Unix accounts")
     import pwd
 
     students = ["tfm_student1", "tfm_student2"]

@@ -27,11 +27,7 @@ GUIDE = ROOT / "book" / "appendix" / "grading.md"
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
 
-def require_bwrap():
-    if shutil.which("bwrap") is None:
-        if os.environ.get("CI"):
-            pytest.fail("bubblewrap is missing: .ci/run must install Debian's bubblewrap")
-        pytest.skip("bubblewrap (Debian package 'bubblewrap') is not installed; the grading sandbox needs it")
+from conftest import require, require_bwrap  # noqa: E402  (fail under CI, skip elsewhere)
 
 
 def env_for(course: Path) -> dict:
@@ -337,10 +333,8 @@ class Postgres:
 @pytest.fixture(scope="module")
 def postgres():
     bin_dir = pg_bin()
-    if bin_dir is None:
-        if os.environ.get("CI"):
-            pytest.fail("PostgreSQL is missing: .ci/run must install Debian's postgresql")
-        pytest.skip("PostgreSQL's server (Debian package 'postgresql') is not installed")
+    require(bin_dir is not None, "shared PostgreSQL gradebook", "PostgreSQL's server, which the tests start on "
+            "localhost", "postgresql")
     pytest.importorskip("psycopg", reason="the psycopg driver is in the 'test' extra: pip install -e '.[test]'")
     server = Postgres(bin_dir)
     yield server

@@ -34,8 +34,8 @@ import nbformat
 import pytest
 
 from hub_class import ASSIGNMENT, INSTRUCTOR, PROXY, REPO, Hub
-from test_grading import require_bwrap
-from test_lab import ACTIVE, Lab, require_browser
+from conftest import require, require_browser, require_bwrap, require_root
+from test_lab import ACTIVE, Lab
 
 OUT = REPO / "artifacts" / "hub"
 WAIT_S = 180
@@ -56,19 +56,11 @@ INSTRUCTOR_UI = ("Formgrader", "Create Assignment", "Course List", "Manage Assig
 
 def require_hub_tools() -> None:
     """Root (the hub makes Unix accounts and starts servers as them), bubblewrap, the browser and the proxy."""
-    require_bwrap()
-    require_browser()
-    missing = []
-    if os.geteuid() != 0:
-        missing.append("root (the hub creates Unix accounts and runs as root)")
-    if not PROXY.exists():
-        missing.append(f"configurable-http-proxy at {PROXY} (`make venv` installs it from npm when npm is there; "
-                       "after installing npm: rm .venv/.installed && make venv)")
-    if missing:
-        reason = "the JupyterHub tests need " + "; ".join(missing)
-        if os.environ.get("CI"):
-            pytest.fail(reason + " — CI is set, so this is a failure, not a skip")
-        pytest.skip(reason)
+    require_bwrap("JupyterHub")
+    require_browser("JupyterHub")
+    require_root("JupyterHub", "the hub creates Unix accounts and runs as root")
+    require(PROXY.exists(), "JupyterHub", f"JupyterHub's proxy, configurable-http-proxy at {PROXY}, which `make venv` "
+            "installs from npm (after installing npm: rm .venv/.installed && make venv)", "nodejs npm")
 
 
 @pytest.fixture(scope="module")

@@ -52,40 +52,6 @@ def blockwise_attention(q, k, v, block_size):
     return torch.from_numpy(s @ v.numpy())
 '''
 
-FULL_LISTS = '''import math
-import torch
-
-
-def blockwise_attention(q, k, v, block_size):
-    """The whole score matrix as Python lists of floats."""
-    d, dv = q.shape[-1], v.shape[-1]
-    qs = q.reshape(-1, q.shape[-2], d).tolist()
-    ks = k.reshape(-1, k.shape[-2], d).tolist()
-    vs = v.reshape(-1, v.shape[-2], dv).tolist()
-    scale = 1 / math.sqrt(d)
-    out = []
-    for qb, kb, vb in zip(qs, ks, vs):
-        scores = []
-        for qr in qb:
-            row = []
-            for kr in kb:
-                dot = 0.0
-                for i in range(d):
-                    dot += qr[i] * kr[i]
-                row.append(dot * scale)
-            scores.append(row)
-        for row in scores:
-            top = max(row)
-            weights = [math.exp(x - top) for x in row]
-            total = sum(weights)
-            acc = [0.0] * dv
-            for w, vr in zip(weights, vb):
-                for c in range(dv):
-                    acc[c] += w * vr[c]
-            out.append([a / total for a in acc])
-    return torch.tensor(out, dtype=q.dtype).reshape(*q.shape[:-1], dv)
-'''
-
 FULL_FROM_NUMPY = '''import math
 import numpy as np
 import torch
@@ -141,9 +107,17 @@ def blockwise_attention(q, k, v, block_size):
     return torch.from_numpy(acc / l).to(q.dtype)
 '''
 
-FULL = {"numpy": FULL_NUMPY, "numpy-in-place": FULL_IN_PLACE, "lists": FULL_LISTS,
-        "from-numpy": FULL_FROM_NUMPY}
+# The whole score matrix in a NumPy buffer allocated when the answer's cell runs, filled with out= during the call:
+# nothing is allocated during the call, so only the memory the process holds (held_bytes) sees it.
+BUFFER_BEFORE_CALL = (ROOT / "tests" / "fixtures" / "attacks" / "memory-buffer-before-call.ipy").read_text()
+
+# A full matrix in Python lists is measured by the tests of peak_memory below (list_scores), not through the test
+# cell: on its inputs (a 33,554,432-value score matrix) a Python loop over single scores runs for minutes.
+FULL = {"numpy": FULL_NUMPY, "numpy-in-place": FULL_IN_PLACE, "from-numpy": FULL_FROM_NUMPY,
+        "buffer-before-call": BUFFER_BEFORE_CALL}
 BLOCKWISE = {"numpy-scalars": NUMPY_SCALARS, "numpy-blocks": NUMPY_BLOCKS}
+MEASURED = {"numpy": "measured with tracemalloc", "numpy-in-place": "measured with tracemalloc",
+            "from-numpy": "largest tensor a torch operation", "buffer-before-call": "more than when the setup cell ran"}
 
 
 def notebook_cells() -> dict:
@@ -171,6 +145,61 @@ def run_cells(answer: str, tests=("test_blockwise_values", MEMORY_TEST)) -> dict
 
 
 # --- what the measurement sees -----------------------------------------------------------------------------
+
+def test_a_buffer_made_before_the_call_is_held_memory():
+    """A NumPy buffer allocated (and even written) before the call, then filled with out= during it, is counted
+    from the baseline; an honest call on the same data is not charged for it once it is freed."""
+    q, k = torch.randn(512, 4, dtype=torch.float64), torch.randn(4096, 4, dtype=torch.float64)
+    full = 512 * 4096 * 8
+
+    def numpy_into(buffer):
+        def scores(q, k):
+            np.matmul(q.numpy(), k.numpy().T, out=buffer)
+            return float(buffer.sum())
+        return scores
+
+    check.memory_baseline()
+    untouched, written = np.empty((512, 4096)), np.ones((512, 4096))
+    for buffer in (untouched, written):
+        _, used = check.peak_memory(numpy_into(buffer), q, k)
+        assert used["traced_bytes"] < full // 8 and used["numel"] < 512 * 4096, used
+        assert used["held_bytes"] >= full * 0.9, used
+    del untouched, written
+    check.memory_baseline()
+    _, used = check.peak_memory(lambda q, k: float((q @ k[:64].T).sum()), q, k)
+    assert 0 <= used["held_bytes"] < full // 4 and used["cells_before_setup"] == 0, used
+
+
+def test_a_missing_memory_measure_fails_only_when_graded(tmp_path):
+    usage = {"numel": 1, "op": "add", "shape": [1], "traced_bytes": 0, "held_bytes": -1, "cells_before_setup": 0}
+    check.assert_memory_below("f", usage, numel=10, nbytes=10, held=10)      # self-study off Linux: not checked
+    with check.recording(tmp_path / "trace.jsonl"):
+        with pytest.raises(check.CheckFailure, match="could not read its own memory use"):
+            check.assert_memory_below("f", usage, numel=10, nbytes=10, held=10)
+        with pytest.raises(check.CheckFailure, match="1 cell\\(s\\) ran before the notebook's setup cell"):
+            check.assert_memory_below("f", {**usage, "held_bytes": 0, "cells_before_setup": 1}, numel=10, nbytes=10,
+                                      held=10)
+    check.assert_memory_below("f", {**usage, "held_bytes": 0, "cells_before_setup": 1}, numel=10, nbytes=10, held=10)
+
+
+def test_the_cells_run_before_the_setup_cell_are_counted_as_ipython_numbers_them():
+    """In an IPython shell, as in a kernel: the setup cell run first has none before it; after a learner's cell, one."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        for before in (0, 1, 2):
+            shell.reset()
+            shell.execution_count = 1
+            for _ in range(before):
+                assert shell.run_cell("x = 1", store_history=True).success
+            shell.run_cell("import tfmcheck.checking as check\ncheck.memory_baseline()", store_history=True)
+            result = shell.run_cell("check.peak_memory(lambda: 0)[1]['cells_before_setup']", store_history=True)
+            assert result.result == before, (before, result.result, result.error_in_exec)
+    finally:
+        InteractiveShell.clear_instance()
+        check.memory_baseline()
+
 
 def test_tracemalloc_sees_numpy_lists_and_from_numpy_views():
     """The bytes NumPy arrays (and torch.from_numpy views of them) and lists of floats hold are counted; a torch
@@ -245,10 +274,13 @@ def test_peak_numel_keeps_its_contract():
 
 
 @pytest.mark.parametrize("usage", [None, {"numel": 3}, {"numel": "3", "traced_bytes": 0},
-                                   {"numel": -1, "traced_bytes": 0}, [1, 2]])
+                                   {"numel": -1, "traced_bytes": 0}, [1, 2],
+                                   {"numel": 3, "traced_bytes": 0, "held_bytes": "0", "cells_before_setup": 0},
+                                   {"numel": 3, "traced_bytes": 0, "held_bytes": -2, "cells_before_setup": 0},
+                                   {"numel": 3, "traced_bytes": 0, "held_bytes": 0}])
 def test_a_malformed_measurement_fails_closed(usage):
     with pytest.raises(check.CheckFailure, match="not measured"):
-        check.assert_memory_below("f", usage, numel=10, nbytes=10)
+        check.assert_memory_below("f", usage, numel=10, nbytes=10, held=10)
 
 
 def test_messages_say_what_was_measured():
@@ -261,6 +293,10 @@ def test_messages_say_what_was_measured():
         check.assert_memory_below("f", {"numel": 1, "op": "add", "shape": [1], "traced_bytes": 8000},
                                   numel=50, nbytes=400, nbytes_is="half")
     check.assert_memory_below("f", {"numel": 50, "op": "add", "shape": [50], "traced_bytes": 400}, numel=50, nbytes=400)
+    with pytest.raises(check.CheckFailure, match=r"the process held 9,000 bytes more than when the setup cell ran .*"
+                                                 r"the limit is 400 bytes \(half\)"):
+        check.assert_memory_below("f", {"numel": 1, "op": "add", "shape": [1], "traced_bytes": 0, "held_bytes": 9000,
+                                        "cells_before_setup": 0}, numel=50, nbytes=400, held=400, held_is="half")
 
 
 def test_no_test_cell_draws_from_numpy_or_python_generators():
@@ -291,8 +327,20 @@ def test_full_matrix_answers_lose_the_memory_points(kind):
     assert verdicts["test_blockwise_values"] is None, verdicts
     message = verdicts[MEMORY_TEST]
     assert message is not None and message.startswith("CheckFailure: blockwise_attention"), verdicts
-    measured = "largest tensor a torch operation" if kind == "from-numpy" else "measured with tracemalloc"
-    assert measured in message and "the limit is" in message, message
+    assert MEASURED[kind] in message and "the limit is" in message, message
+
+
+def test_the_visible_and_hidden_memory_tests_check_the_same_limits():
+    """Both parts of the test cell hold each measure to half of their inputs' full score matrix (never less: a
+    broadcast (..., Tq, block, d) product must pass), and the inputs are large enough for the process's memory to
+    tell a full matrix (268 MB) from the noise of a kernel (tens of MB)."""
+    import re
+    source = notebook_cells()[MEMORY_TEST]
+    visible, hidden = source.split("### BEGIN HIDDEN TESTS")
+    for part in (visible, hidden):
+        assert "numel=full // 2, nbytes=full * 8 // 2, held=full * 8 // 2" in part
+        full = re.search(r"full = (\d+) \* (\d+) \* (\d+)", part).groups()
+        assert int(full[0]) * int(full[1]) * int(full[2]) * 8 >= 256 * 1024 ** 2, full
 
 
 @pytest.mark.parametrize("kind", ["solution", *sorted(BLOCKWISE)])
@@ -315,14 +363,14 @@ def test_the_replay_reaches_the_memory_verdict_outside_the_kernel(tmp_path):
 
     cells = notebook_cells()
     trusted = [("setup", cells["setup"], False), (MEMORY_TEST, cells[MEMORY_TEST], True)]
-    for answer, passes in [(FULL_NUMPY, False), (NUMPY_SCALARS, True)]:
-        path = tmp_path / f"trace-{passes}.jsonl"
+    for n, (answer, passes) in enumerate([(FULL_NUMPY, False), (NUMPY_SCALARS, True), (BUFFER_BEFORE_CALL, False)]):
+        path = tmp_path / f"trace-{n}.jsonl"
         with check.recording(path):
             inside = run_cells(answer, tests=(MEMORY_TEST,))
         records, problems = trace.load(path)
         assert problems == [] and len(records) == (2 if passes else 1)   # visible, then hidden call
-        assert all(set(r["value"]["tuple"][1]["dict"]) == {"numel", "op", "shape", "traced_bytes"}
-                   for r in records.values())
+        assert all(set(r["value"]["tuple"][1]["dict"]) == {"numel", "op", "shape", "traced_bytes", "held_bytes",
+                                                            "cells_before_setup"} for r in records.values())
         verdicts = replay(trusted, records, problems)
         assert verdicts.passed == {MEMORY_TEST: passes}, verdicts.messages
         if not passes:
@@ -334,13 +382,14 @@ def test_the_replay_reaches_the_memory_verdict_outside_the_kernel(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("path", ["grade.py", "nbgrader"])
 def test_both_grading_paths_take_the_memory_points_from_full_matrix_answers(tmp_path, path):
-    """Submissions that build the full matrix in NumPy, in Python lists and through torch.from_numpy lose exactly
-    the memory test's points, with a message naming what was measured; NumPy-helper and styled answers keep full
-    marks."""
+    """Submissions that build the full matrix in NumPy, through torch.from_numpy, or in a NumPy buffer made when
+    their cell runs lose exactly the memory test's points, with a message naming what was measured; NumPy-helper and
+    styled answers (a broadcast (..., Tq, block, d) product among them) keep full marks."""
     import nbformat
     from nbgrader.api import Gradebook
 
-    from test_grading import autograde, new_course, require_bwrap
+    from conftest import require_bwrap
+    from test_grading import autograde, new_course
     require_bwrap()
     from fixtures.make_class import with_answers
     from tfmgrader.notebooks import answered
@@ -351,7 +400,7 @@ def test_both_grading_paths_take_the_memory_points_from_full_matrix_answers(tmp_
     good = answered(nbformat.read(tmp_path / "notebooks" / a / f"{a}.ipynb", as_version=4),
                     nbformat.read(tmp_path / "solutions" / a / f"{a}.ipynb", as_version=4))
     # a handful, to keep CI lean: the other answers above are checked in this process only
-    subs = {f"mem-full-{k}": (False, FULL[k]) for k in ("numpy", "lists", "from-numpy")}
+    subs = {f"mem-full-{k}": (False, FULL[k]) for k in ("numpy", "from-numpy", "buffer-before-call")}
     subs["mem-blocks-numpy-scalars"] = (True, NUMPY_SCALARS)
     subs.update({f"mem-style-{s}": (True, answers["blockwise"]) for s, answers in STYLES[a].items()})
     for student, (_, src) in subs.items():
@@ -379,6 +428,4 @@ def test_both_grading_paths_take_the_memory_points_from_full_matrix_answers(tmp_
         nb = nbformat.read(tmp_path / "autograded" / student / a / f"{a}.ipynb", as_version=4)
         cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == MEMORY_TEST)
         text = "\n".join(o.get("evalue", "") + "".join(o.get("traceback", [])) for o in cell.outputs)
-        kind = student.removeprefix("mem-full-")
-        measured = "largest tensor a torch operation" if kind == "from-numpy" else "measured with tracemalloc"
-        assert measured in text, (student, text[-2000:])
+        assert MEASURED[student.removeprefix("mem-full-")] in text, (student, text[-2000:])

@@ -24,12 +24,9 @@ TAG = "TFMLIB_TEST_ORPHANS"        # marks every process a test starts (the kern
 
 
 def require_root_and_bwrap():
-    from test_grading import require_bwrap
+    from conftest import require_bwrap, require_root
     require_bwrap()
-    if os.geteuid() != 0:
-        if os.environ.get("CI"):
-            pytest.fail("the orphan tests need root (the sandboxes' own uids)")
-        pytest.skip("the sandboxes run as uids of their own only when grading as root")
+    require_root("orphaned sandboxes", "the sandboxes run as uids of their own only when grading as root")
 
 
 # --- the death signal and the record, without a grader ------------------------------------------------

@@ -23,11 +23,7 @@ VENV_SITE = Path(sys.prefix) / "lib" / f"python{sys.version_info[0]}.{sys.versio
 PACKAGE_FOLDERS = ("tfmlib", "scripts/tfmcheck", "scripts/tfmgrader")   # what pyproject.toml installs
 
 
-def require_bwrap():
-    if shutil.which("bwrap") is None:
-        if os.environ.get("CI"):
-            pytest.fail("bubblewrap is missing: .ci/run must install Debian's bubblewrap")
-        pytest.skip("bubblewrap (Debian package 'bubblewrap') is not installed; the grading sandbox needs it")
+from conftest import require_bwrap  # noqa: E402  (fail under CI, skip elsewhere)
 
 
 # --- what the sandbox sees (no kernel needed) ---------------------------------------------------------
@@ -275,4 +271,74 @@ def test_the_solution_is_graded_in_every_installation(setup, wheel, tmp_path_fac
                            "--assignment", A], env=env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, (setup, proc.stdout[-3000:], proc.stderr[-3000:])
     result = json.loads(proc.stdout)
-    assert result["ok"] and result["score"] == result["max_score"] > 0, result
+    assert result["ok"] and result["score"] == result["max_score"] > 0 and result["status"] == "graded", result
+
+
+# --- another course folder than the installed checkout ---------------------------------------------------
+
+def test_the_check_passes_only_a_graded_unflagged_solution(tmp_path):
+    """Full marks are not enough: a flagged solution (here, the kernel opening files of the course) fails the check
+    and the message says the environment is at fault and what to change."""
+    from tfmgrader.report import Status
+    from tfmgrader.selfcheck import problem_of
+
+    opened = "the answer's code tried to open /course/scripts/tfmcheck/checking.py"
+    assert problem_of(Status.GRADED, "", [], tmp_path, {}, 10.0) == ""
+    flagged = problem_of(Status.FLAGGED, opened, [], tmp_path, {}, 10.0)
+    assert flagged.startswith("The grader flags the solution itself: " + opened)
+    assert "the grading environment is at fault" in flagged and "pip install -e ." in flagged
+    assert "not 'graded'" in problem_of(Status.INVALID, "no notebook", [], tmp_path, {}, 10.0)
+    assert "none of its tests scored" in problem_of(Status.GRADED, "", [], tmp_path, {}, 0.0)
+
+
+def test_the_launcher_uses_the_view_the_grader_hands_down(tmp_path):
+    """The kernel launcher is another interpreter that may find the course packages elsewhere than the grader did
+    (an editable install maps it to the installed checkout): with VIEW_ENV it binds, puts on the kernel's path and
+    lets the audit hook open exactly the grader's folders; a malformed view stops it."""
+    from tfmgrader.library_view import VIEW_ENV
+
+    clone = tmp_path / "clone"
+    for package in ("tfmlib", "scripts/tfmcheck"):
+        (clone / package).mkdir(parents=True)
+    view = {"packages": [str(clone / "tfmlib"), str(clone / "scripts" / "tfmcheck")], "binds": [],
+            "pythonpath": [str(clone), str(clone / "scripts")]}
+    code = ("import json\nfrom tfmgrader import sandbox_kernel as s\nfrom tfmgrader.library_view import exported_view\n"
+            "print(json.dumps([s.own_folders('/w'), s.python_binds(), s.base_env().get('PYTHONPATH'), "
+            "json.loads(exported_view())]))")
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, VIEW_ENV: json.dumps(view)},
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    own, binds, pythonpath, exported = json.loads(proc.stdout)
+    assert set(view["packages"]) <= set(own.split(os.pathsep)) and str(ROOT / "tfmlib") not in own.split(os.pathsep)
+    assert all(p in binds for p in view["packages"]) and str(ROOT / "tfmlib") not in binds
+    assert pythonpath == os.pathsep.join(view["pythonpath"]) and exported == view
+    bad = subprocess.run([sys.executable, "-c", code], env={**os.environ, VIEW_ENV: '{"packages": ["tfmlib"]}'},
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode != 0 and f"{VIEW_ENV} is malformed" in bad.stderr
+
+
+@pytest.mark.slow
+def test_a_course_folder_that_is_not_the_installed_checkout_grades_unflagged(tmp_path):
+    """A copy of the course (as `git clone` of the repository for a new term) graded with the .venv installed from
+    this checkout: `python scripts/grade.py` there imports the copy's grader and tfmcheck, the kernel launcher
+    finds the installed ones.  The self-check and the worked solution both come out 'graded', unflagged."""
+    require_bwrap()
+    env = base_env(tmp_path / "cache")
+    course = tmp_path / "course2"
+    for package in ("tfmlib", "scripts"):
+        shutil.copytree(ROOT / package, course / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copytree(ROOT / "solutions" / A, course / "solutions" / A)
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", A, "--force"], cwd=course, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    from fixtures.make_class import make_class
+    make_class(course, [A], kinds={A: {"correct-plain"}})
+    env["GRADER_SELFCHECK"] = "1"
+    proc = subprocess.run([sys.executable, str(course / "scripts" / "grade.py"), A, "--course", str(course), "--jobs",
+                           "1"], env=env, capture_output=True, text=True, timeout=1800, cwd=course)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "gets full marks" in proc.stdout, proc.stdout[-3000:]
+    row = grades_of(course)["01c0-correct-plain"]
+    assert (row["status"], row["reason"]) == ("graded", ""), row
+    assert float(row["score"]) == float(row["max_score"]) > 0, row

@@ -132,7 +132,7 @@ HONEST_FILES = {".ipynb_checkpoints/03_self_attention-checkpoint.ipynb": "{}", "
 
 
 def require_sandbox():
-    from test_grading import require_bwrap
+    from conftest import require_bwrap
     require_bwrap()
 
 

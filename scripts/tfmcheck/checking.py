@@ -13,8 +13,10 @@ nor the references.
   ``torch.nn.MultiheadAttention``, layer norm, PyTorch's RNNs, ...) raises ``ShortcutError`` ("write your own").
 - ``ref`` holds trusted references (PyTorch's own implementations) for the hidden tests.
 - ``peak_memory(fn, ...)`` measures the memory a function uses whatever it computes with: the largest tensor a
-  torch operation creates or uses, and (``tracemalloc``) the bytes NumPy arrays and Python objects hold at once;
-  ``assert_memory_below`` compares that with limits (blockwise attention must never build the full ``(Tq, Tk)``
+  torch operation creates or uses, (``tracemalloc``) the bytes NumPy arrays and Python objects allocated during the
+  call hold at once, and the memory the whole process holds at the call's peak beyond what it held when the
+  notebook's setup cell ran (``memory_baseline``), so that a buffer made *before* the call counts too;
+  ``assert_memory_below`` compares these with limits (blockwise attention must never build the full ``(Tq, Tk)``
   score matrix).
 
 - When a notebook is graded, ``call`` and ``peak_memory`` record each result in the learner's kernel, where the
@@ -32,6 +34,7 @@ import contextlib
 import math
 import os
 import sys
+import threading
 import tracemalloc
 import types
 import zlib
@@ -71,6 +74,9 @@ _TorchFunctionMode = torch.overrides.TorchFunctionMode
 _tm_start, _tm_stop, _tm_is_tracing = tracemalloc.start, tracemalloc.stop, tracemalloc.is_tracing
 _tm_traced, _tm_reset_peak = tracemalloc.get_traced_memory, tracemalloc.reset_peak
 _is_wrapped, _unwrapped = torch._C._functorch.is_functorch_wrapped_tensor, torch._C._functorch.get_unwrapped
+_os_open, _os_readv, _os_close, _O_RDONLY = os.open, os.readv, os.close, os.O_RDONLY
+_STATUS = bytearray(16384)      # /proc/self/status, read by _resident
+_Thread, _Event = threading.Thread, threading.Event
 
 # The "tfmlib" shortcut group: every function of the course's code a learner could call instead of writing their
 # own: the teaching library, and this package's trusted builders (the feedback catalogue computes correct
@@ -512,6 +518,66 @@ class _TracedPeak:
         return False
 
 
+def _resident() -> int:
+    """Bytes of anonymous and shared memory this process holds in RAM now (``RssAnon + RssShmem`` of
+    ``/proc/self/status``: every NumPy array, tensor, list or buffer it has written to, whoever made it, and not the
+    libraries' code), or -1 where there is no such file (not Linux)."""
+    try:
+        fd = _os_open("/proc/self/status", _O_RDONLY)
+    except OSError:
+        return -1
+    try:
+        n = _os_readv(fd, [_STATUS])    # into a buffer made once: tracemalloc counts this thread's allocations too
+    finally:
+        _os_close(fd)
+    total, found = 0, 0
+    for key in (b"\nRssAnon:", b"\nRssShmem:"):
+        at = _STATUS.find(key, 0, n)
+        if at >= 0:
+            total += int(_STATUS[at + len(key):_STATUS.find(b"kB", at, n)]) * 1024
+            found += 1
+    return total if found == 2 else -1
+
+
+def _cell_number() -> int:
+    """IPython's number of the cell running now (1 for the first cell a kernel runs), or 0 outside IPython.
+    IPython counts a cell as it starts: while cell N runs, ``execution_count`` is already N + 1
+    (tests/test_memory_check.py pins this)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    count = getattr(shell, "execution_count", 0) if shell is not None else 0
+    return _max(0, count - 1) if _type(count) is int else 0
+
+
+def memory_baseline():
+    """Remember what this process holds now (``_resident``) as the memory that is not the learner's: called by
+    the setup cell of a notebook whose tests use ``peak_memory`` (and at import), before any learner code runs.
+    The cell number tells the grader whether a cell ran before the setup cell (its memory would count as none)."""
+    global _BASELINE
+    _BASELINE = (_resident(), _cell_number())
+
+
+class _ResidentPeak:
+    """While active, samples ``_resident`` every millisecond in a thread of its own (and on entry and exit):
+    ``self.peak`` is the most the process held at once."""
+
+    def __enter__(self):
+        self.peak, self._stop = _resident(), _Event()
+        self._thread = _Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self):
+        while not self._stop.wait(0.001):
+            self.peak = _max(self.peak, _resident())
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = _max(self.peak, _resident())
+        return False
+
+
 def peak_memory(fn, *args, forbid=("tfmlib",), **kwargs):
     """Run ``fn`` like ``call`` and measure the memory it uses, whatever library it computes with:
     ``(result, usage)``, where ``usage`` is a dict of
@@ -519,7 +585,11 @@ def peak_memory(fn, *args, forbid=("tfmlib",), **kwargs):
     - ``numel``, ``op``, ``shape``: the largest tensor a torch function or method returned or was given while
       ``fn`` ran (its number of elements, the operation, its shape);
     - ``traced_bytes``: the most bytes that NumPy arrays and Python objects (lists, floats, ...) allocated during
-      the call held at once, measured with ``tracemalloc`` (0 if ``fn`` used torch alone).
+      the call held at once, measured with ``tracemalloc`` (0 if ``fn`` used torch alone);
+    - ``held_bytes``: the most memory the process held in RAM at once during the call (``_resident``: tensors,
+      NumPy arrays, lists, any buffer, including those made *before* the call) beyond what it held when
+      ``memory_baseline`` last ran (the setup cell), or -1 where that cannot be measured (not Linux);
+    - ``cells_before_setup``: how many cells the kernel ran before that setup cell (0 outside IPython).
 
     ``assert_memory_below`` compares it with a limit.  While a notebook is graded the result and the usage are
     recorded in the learner's kernel and the comparison is replayed by the grader (``tfmcheck.trace``)."""
@@ -529,13 +599,17 @@ def peak_memory(fn, *args, forbid=("tfmlib",), **kwargs):
         raise CheckFailure(f"{fn!r} is not a function; run the cell that defines it first")
 
     def run():
-        mode, traced = _PeakNumel(), _TracedPeak()
-        with mode:
-            with forbid_shortcuts(*forbid):
-                with traced:
-                    result = fn(*args, **kwargs)
+        mode, traced, resident = _PeakNumel(), _TracedPeak(), _ResidentPeak()
+        with resident:
+            with mode:
+                with forbid_shortcuts(*forbid):
+                    with traced:
+                        result = fn(*args, **kwargs)
         op, shape = mode.where if mode.where is not None else (None, [])
-        return result, {"numel": mode.peak, "op": op, "shape": list(shape), "traced_bytes": traced.peak}
+        base, cell = _BASELINE
+        held = _max(0, resident.peak - base) if resident.peak >= 0 and base >= 0 else -1
+        return result, {"numel": mode.peak, "op": op, "shape": list(shape), "traced_bytes": traced.peak,
+                        "held_bytes": held, "cells_before_setup": _max(0, cell - 1)}
     return run() if _MODE is None else _MODE.record(((args, kwargs), "peak_memory"), run)
 
 
@@ -546,16 +620,20 @@ def peak_numel(fn, *args, forbid=("tfmlib",), **kwargs):
     return result, usage["numel"], (usage["op"], _tuple(usage["shape"]))
 
 
-def assert_memory_below(name, usage, numel, nbytes, numel_is="", nbytes_is="", hint=None):
-    """``usage`` (from ``peak_memory``) is within both limits: the largest tensor has at most ``numel`` elements
-    and the NumPy arrays and Python objects held at once take at most ``nbytes`` bytes.
-    ``numel_is`` and ``nbytes_is`` say in words what each limit stands for (e.g. "the full score matrix")."""
+def assert_memory_below(name, usage, numel, nbytes, held=None, numel_is="", nbytes_is="", held_is="", hint=None):
+    """``usage`` (from ``peak_memory``) is within the limits: the largest tensor has at most ``numel`` elements,
+    the NumPy arrays and Python objects allocated during the call held at most ``nbytes`` bytes at once, and (when
+    ``held`` is given) the process held at most ``held`` bytes more than when the setup cell ran.
+    ``numel_is``, ``nbytes_is`` and ``held_is`` say in words what each limit stands for (e.g. "the full score
+    matrix").  Where the process's memory cannot be measured (not Linux) the ``held`` limit is checked only
+    when grading (the grader's kernels run on Linux: there a missing measurement fails)."""
     __tracebackhide__ = True
     if _recording_only():
         return
     _no_modes(name)
-    fields = ("numel", "traced_bytes")
-    if _type(usage) is not dict or any(_type(usage.get(f)) is not int or usage[f] < 0 for f in fields):
+    fields = ("numel", "traced_bytes") + (("held_bytes", "cells_before_setup") if held is not None else ())
+    if _type(usage) is not dict or any(_type(usage.get(f)) is not int or usage[f] < (-1 if f == "held_bytes" else 0)
+                                       for f in fields):
         _fail(name, "the memory it used was not measured (the measurement is missing or malformed)", hint)
     if usage["numel"] > numel:
         shape = usage.get("shape")
@@ -567,6 +645,22 @@ def assert_memory_below(name, usage, numel, nbytes, numel_is="", nbytes_is="", h
         _fail(name, f"it held too much memory outside torch: the NumPy arrays and Python objects (lists, floats) "
                     f"alive at once while it ran took {usage['traced_bytes']:,} bytes, measured with tracemalloc; "
                     f"the limit is {nbytes:,} bytes" + (f" ({nbytes_is})." if nbytes_is else "."), hint)
+    if held is None:
+        return
+    if usage["held_bytes"] < 0:
+        if _MODE is not None:
+            _fail(name, "the memory it used was not measured (the grading kernel could not read its own memory use)",
+                  hint)
+        return
+    if usage["cells_before_setup"] > 0 and _MODE is not None:     # in self-study the setup cell is often run again
+        _fail(name, f"{usage['cells_before_setup']} cell(s) ran before the notebook's setup cell, so the memory "
+                    "they hold cannot be told apart from what your function uses: move your code below the setup "
+                    "cell (the first code cell).", hint)
+    if usage["held_bytes"] > held:
+        _fail(name, f"the notebook held too much memory while it ran: at its peak the process held "
+                    f"{usage['held_bytes']:,} bytes more than when the setup cell ran (tensors, NumPy arrays, lists "
+                    f"and buffers alike, including any made before the call); the limit is {held:,} bytes"
+                    + (f" ({held_is})." if held_is else "."), hint)
 
 
 def unpack(name, result, n):
@@ -616,6 +710,8 @@ def mode():
     return _MODE
 
 
+_BASELINE = (-1, 0)
+memory_baseline()
 _MODE = None
 if os.environ.get(_trace.TRACE_ENV):
     _MODE = _trace.Recorder(os.environ[_trace.TRACE_ENV])

@@ -15,10 +15,17 @@ when the grader found a library elsewhere:
   checkout: the packages as for a checkout.
 
 Any other folder on the grader's path (a checkout, a home folder) is never shown to the kernel.
+
+The grader decides the view once, in its own process, and hands it to the kernel launcher in ``VIEW_ENV``
+(``exported_view``): the launcher is another interpreter, started as ``sandbox_kernel.py`` by path, and may find
+the packages elsewhere (an editable install maps them to the checkout it was installed from, while a grader run
+from another course folder, ``python scripts/grade.py`` in a clone, finds that folder's own).  With one view, the
+kernel imports exactly the folders the launcher shows it and lets its audit hook open without a report.
 """
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import site
 import sys
@@ -27,6 +34,7 @@ from pathlib import Path
 
 SITE_NAMES = ("site-packages", "dist-packages")
 KERNEL_PACKAGES = ("tfmlib", "tfmcheck")     # what a graded notebook imports; never the grader (tfmgrader)
+VIEW_ENV = "TFMLIB_LIBRARY_VIEW"             # the grader's view, for the kernel launcher (exported_view)
 
 
 @dataclass
@@ -83,13 +91,42 @@ def library_folder(name: str = "tfmlib") -> str:
     return str(Path(spec.origin).resolve().parent)
 
 
+def _handed_down() -> dict | None:
+    """The view the grader handed to this process in ``VIEW_ENV``, or None.  Malformed, it stops the launcher: a
+    kernel must never start with a view nobody decided."""
+    raw = os.environ.get(VIEW_ENV)
+    if not raw:
+        return None
+    try:
+        view = json.loads(raw)
+        packages, binds, pythonpath = view["packages"], view["binds"], view["pythonpath"]
+        if (len(packages) != len(KERNEL_PACKAGES) or not all(isinstance(p, str) and os.path.isabs(p) for p in
+                                                             [*packages, *binds, *pythonpath])
+                or [os.path.basename(p) for p in packages] != list(KERNEL_PACKAGES)):
+            raise ValueError
+    except (ValueError, KeyError, TypeError):
+        raise SystemExit(f"tfmlib-sandbox: {VIEW_ENV} is malformed: {raw[:200]}") from None
+    return view
+
+
 def library_folders() -> list[str]:
-    """The folders of the packages a graded notebook imports (``KERNEL_PACKAGES``)."""
-    return [library_folder(name) for name in KERNEL_PACKAGES]
+    """The folders of the packages a graded notebook imports (``KERNEL_PACKAGES``): as the grader found them
+    (``VIEW_ENV``), else as this process finds them."""
+    handed = _handed_down()
+    return list(handed["packages"]) if handed else [library_folder(name) for name in KERNEL_PACKAGES]
+
+
+def exported_view() -> str:
+    """This process's view (``library_folders`` and ``grader_view``), for ``VIEW_ENV``."""
+    view = grader_view()
+    return json.dumps({"packages": library_folders(), "binds": view.binds, "pythonpath": view.pythonpath})
 
 
 def grader_view() -> LibraryView:
-    """The view for this process (the kernel launcher, which has the grader's environment)."""
+    """The view for this process: the one the grader handed down (``VIEW_ENV``), else computed here."""
+    handed = _handed_down()
+    if handed:
+        return LibraryView(list(handed["binds"]), list(handed["pythonpath"]))
     library = library_folders()
     here = _real(os.path.dirname(os.path.abspath(sys.argv[0]))) if sys.argv and sys.argv[0] else ""
     path = [p for p in sys.path if p and _real(p) != here]

@@ -39,6 +39,7 @@ from traitlets import Bool, Float, Integer, List, Unicode
 from tfmcheck import TRACE_NAME
 from tfmgrader.forkserver import ForkServer, ForkServerError, enabled as forkserver_enabled
 from tfmgrader.kernelspec import KERNEL_NAME, write_kernelspec
+from tfmgrader.library_view import VIEW_ENV, exported_view
 from tfmgrader.lifetime import OWNER_ENV, end_leftovers, owner_tag
 from tfmgrader.limits import limit
 from tfmgrader.report import Execution, Kernel, SubmissionReport
@@ -222,6 +223,9 @@ class SandboxedExecute(Execute):
                               "TFMLIB_GRADING_UNSAFE=1 as well.").tag(config=True)
     fork_server = Bool(True, help="Fork each kernel from a warm server in the sandbox that has imported PyTorch "
                                   "(forkserver.py); False: start a sandbox per kernel.").tag(config=True)
+    watch_also = List(Unicode(), help="More folders whose files the kernel's audit hook reports when the learner's "
+                                      "code opens them (the self-check grades in a copy and adds the real "
+                                      "course).").tag(config=True)
     starved_share = Float(0.33, help="A cell that timed out while its kernel got less than this share of one "
                                      "core was starved by the machine's load: reported as such.").tag(config=True)
 
@@ -244,8 +248,11 @@ class SandboxedExecute(Execute):
         workdir = Path((resources or {}).get("metadata", {}).get("path") or ".").resolve()
         # The audit hook of the kernel reports files opened in the course outside the learner's own folder.
         watch = {str(Path.cwd().resolve())} | ({str(workdir.parents[2])} if len(workdir.parents) > 2 else set())
+        watch |= {str(Path(w).resolve()) for w in self.watch_also}
         self._end_leftovers(workdir)
-        env = {WATCH_ENV: os.pathsep.join(sorted(watch)), OWNER_ENV: owner_tag(self._course_root(workdir))}
+        # One view of the course packages for every process of the kernel (library_view.py): the grader's own.
+        env = {WATCH_ENV: os.pathsep.join(sorted(watch)), OWNER_ENV: owner_tag(self._course_root(workdir)),
+               VIEW_ENV: exported_view()}
         self._server = self._fork_server(env[WATCH_ENV], env[OWNER_ENV]) if sandboxed else None
         if self._server is not None:    # a kernel forked from this process's warm server (forkserver.py)
             self._private = self._server.new_folder()

@@ -4,8 +4,10 @@ Before the first submission of an assignment is graded (``scripts/grade.py`` bef
 ``nbgrader autograde`` and formgrader through ``Autograde.pre_convert_hook``, set by ``hardened.py``), the
 assignment's own solution is graded through the same pipeline (the course's configuration, the scan, the
 sandbox, the replay), with the same interpreter and environment, in a throw-away copy of the course (its
-own gradebook: the real one never sees it).  If the solution does not get full marks, nothing is graded and
-the instructor reads why, e.g. ``tfmlib cannot be imported inside the sandbox: ModuleNotFoundError: ...``.
+own gradebook: the real one never sees it), by the grader's own code (the child process imports the packages
+this process imported, ``same_packages``) and with the kernel's audit hook watching the real course too.  If the
+solution does not get full marks with status ``graded`` (unflagged), nothing is graded and the instructor reads
+why, e.g. ``tfmlib cannot be imported inside the sandbox: ModuleNotFoundError: ...``.
 A passed check is remembered for this process and, for a day, in a cache keyed by the assignment's files,
 the grading code, the course library and the environment (``~/.cache/tfmlib-grading``, or
 ``$GRADER_SELFCHECK_CACHE``); a failed one is never remembered.
@@ -165,7 +167,8 @@ def source_directory(course: Path, extra: Path | None) -> str:
 
 def ensure(course: Path, assignment: str, extra: Path | None = None, log=print) -> None:
     """Check the grader on ``assignment``'s solution unless this process (or the cache) already did; raise
-    ``SelfCheckFailed`` with the reason when the solution does not get full marks."""
+    ``SelfCheckFailed`` with the reason when the solution does not get full marks with status ``graded`` (no flag:
+    a flag on the worked solution would be noise on every honest submission)."""
     course = Path(course).resolve()
     key = (str(course), assignment)
     if not enabled() or key in _PASSED:
@@ -192,13 +195,12 @@ def failure_message(assignment: str, result: dict) -> str:
 
 def run_check(course: Path, assignment: str, extra: Path | None) -> dict:
     """Grade the solution in a child process (the same interpreter and environment); its verdict."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--course", str(course),
-           "--assignment", assignment]
+    cmd = [sys.executable, "-m", "tfmgrader.selfcheck", "--child", "--course", str(course), "--assignment", assignment]
     if extra:
         cmd += ["--extra-config", str(extra)]
     try:
-        proc = subprocess.run(cmd, env={**os.environ, ACTIVE_ENV: "1"}, capture_output=True, text=True,
-                              timeout=limit("GRADER_SELFCHECK_TIMEOUT"))
+        proc = subprocess.run(cmd, env={**os.environ, ACTIVE_ENV: "1", "PYTHONPATH": same_packages()},
+                              capture_output=True, text=True, timeout=limit("GRADER_SELFCHECK_TIMEOUT"))
     except subprocess.TimeoutExpired:
         return {"ok": False, "problem": f"grading the solution took longer than {limit('GRADER_SELFCHECK_TIMEOUT')} s"}
     for line in reversed(proc.stdout.splitlines()):
@@ -206,6 +208,20 @@ def run_check(course: Path, assignment: str, extra: Path | None) -> dict:
             return json.loads(line[len(RESULT_MARK):])
     tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
     return {"ok": False, "problem": f"the check itself failed ({tail})"}
+
+
+def same_packages() -> str:
+    """``PYTHONPATH`` for the check's child: the folders holding the grader (``tfmgrader``) and the course packages
+    as this process found them first, so that the child grades with exactly this grader's code.  (Run by its path,
+    ``selfcheck.py`` would find them as its own folder does: from a course folder other than the checkout the
+    packages were installed from, ``python scripts/grade.py`` uses the course folder's grader while an editable
+    install maps a fresh interpreter to the installed checkout.)"""
+    from tfmgrader.library_view import KERNEL_PACKAGES, library_folder
+
+    folders = [str(Path(__file__).resolve().parents[1])]
+    folders += [str(Path(library_folder(name)).parent) for name in KERNEL_PACKAGES]
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys(folders + rest))
 
 
 def grade_solution(course: Path, assignment: str, extra: Path | None) -> dict:
@@ -222,7 +238,7 @@ def grade_solution(course: Path, assignment: str, extra: Path | None) -> dict:
     work = Path(tempfile.mkdtemp(prefix="tfmlib-selfcheck-"))
     try:
         url = f"sqlite:///{work / 'gradebook.db'}"
-        config = checking_config(load_config(course, extra, url), work)
+        config = checking_config(load_config(course, extra, url), work, course)
         source = config.CourseDirectory.get("source_directory") or "source"
         release = config.CourseDirectory.get("release_directory") or "release"
         shutil.copytree(course / source / assignment, work / source / assignment,
@@ -259,19 +275,23 @@ def grade_solution(course: Path, assignment: str, extra: Path | None) -> dict:
                 failed = [g.name for g in grades if g.auto_score is not None and g.auto_score < g.max_score]
         else:
             verdict["score"], verdict["max_score"], failed = 0, 0, []
-        verdict["problem"] = explain(status, reason, failed, work / "autograded" / STUDENT / assignment, result)
-        verdict["ok"] = not verdict["problem"] and verdict["max_score"] > 0
-        if not verdict["ok"] and not verdict["problem"]:
-            verdict["problem"] = "the solution was graded but none of its tests scored"
+        verdict["problem"] = problem_of(status, reason, failed, work / "autograded" / STUDENT / assignment, result,
+                                        verdict["max_score"])
+        verdict["ok"] = not verdict["problem"]
         return verdict
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def checking_config(config, work: Path):
+def checking_config(config, work: Path, course: Path | None = None):
     """The course's grading configuration, in the throw-away course ``work``, without the hook (no check of
-    the check) and with the reports kept there."""
+    the check) and with the reports kept there.  The kernel's audit hook watches the real ``course`` as well, as it
+    does when a submission is graded there: a kernel that opens files of the course (its own library, when the
+    packages are found in the course folder but not shown to the kernel as its own) flags the solution here, and
+    nothing is graded."""
     config.CourseDirectory.root = str(work)
+    if course is not None:
+        config.SandboxedExecute.watch_also = [str(course)]
     config.Autograde.pre_convert_hook = None
     for name in ("StripForgedMetadata", "ScanSubmission", "SandboxedExecute", "VerifyOutside", "SetupCheck"):
         config[name].report_directory = str(work / "reports")
@@ -293,12 +313,29 @@ def _last_line(text) -> str:
     return (errors or lines or ["no details"])[-1][:500]
 
 
+def problem_of(status: str, reason: str, failed: list[str], autograded: Path, result: dict, max_score: float) -> str:
+    """Why the graded solution does not pass the check ('' when it passes): it must get full marks, some of them,
+    and the status ``graded``: unflagged, with nothing left to review."""
+    problem = explain(status, reason, failed, autograded, result)
+    if not problem and status != Status.GRADED:
+        problem = f"The solution came out '{status}', not 'graded': {reason[:1000]}"
+    if not problem and not max_score > 0:
+        problem = "the solution was graded but none of its tests scored"
+    return problem
+
+
 def explain(status: str, reason: str, failed: list[str], autograded: Path, result: dict) -> str:
     """The check's problem in plain words ('' when the solution got full marks and nothing was flagged)."""
     if status == Status.ENVIRONMENT_ERROR:
         return reason[0].upper() + reason[1:]
     if status == Status.FLAGGED:
-        return f"The grader flags the solution itself: {reason[:1000]}"
+        advice = ""
+        if "tried to open" in reason:
+            advice = (" (the kernel itself opened these files while it ran the worked solution: the grading "
+                      "environment is at fault, not a learner; the course packages tfmlib and tfmcheck the kernel "
+                      "imports must be those the grader imports: run the grader with the interpreter of this "
+                      "course's installation, e.g. after `pip install -e .` in the course folder)")
+        return f"The grader flags the solution itself: {reason[:1000]}{advice}"
     if status == Status.CRASHED:
         return f"Grading the solution crashed: {reason[:1000]}"
     if status == Status.TIMED_OUT:
