@@ -113,3 +113,44 @@ def test_one_kernel_through_the_catalogue_gives_the_fresh_kernels_messages(assig
                 if seen != expected[gid]:
                     disagreements.append(f"{function}/{name}, {gid}: one kernel {seen}, fresh kernel {expected[gid]}")
     assert not disagreements, "\n".join(disagreements)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# `make validate NN` / `make check NN` in an 80-column terminal (scripts/check.py)
+# ---------------------------------------------------------------------------------------------------------
+def test_messages_are_wrapped_at_80_columns_not_cut():
+    import check as check_script
+    message = ("CheckFailure: weights: self_attention gives a wrong result only because your "
+               "scaled_dot_product_attention is wrong on these inputs: fix scaled_dot_product_attention first.\n"
+               "  values differ (largest difference at index (1, 1, 0): expected 0.5815960168838501, got 0.78)")
+    text = check_script.wrapped(message)
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    assert text.split() == message.split(), "every word is kept, in order"
+    assert text.splitlines()[0].startswith(" " * 8 + "CheckFailure: weights: self_attention")
+
+
+@pytest.mark.slow
+def test_validate_in_a_terminal_names_the_mistake_first_in_80_columns(tmp_path):
+    """`make validate 03` on the learner's notebook with scores not divided by √d_k: no kernel warning, each failed
+    test's title then its message (the named mistake first), every line within 80 columns."""
+    import subprocess
+    import sys
+
+    import nbformat
+    from test_feedback import REPO
+    nb = make_submission("03_self_attention", WRONG[("scaled_dot_product_attention", "no_scaling")])
+    for cell in nb.cells:
+        cell.source = HIDDEN.sub("", cell.source)
+    path = tmp_path / "03_self_attention.ipynb"
+    nbformat.write(nb, str(path))
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "check.py"), "--validate", str(path)],
+                          capture_output=True, text=True, timeout=600, cwd=str(REPO))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "WARNING" not in out and "TCP" not in out, out
+    assert all(len(line) <= 80 for line in out.splitlines()), [line for line in out.splitlines() if len(line) > 80]
+    lines = [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+    first = lines.index(next(line for line in lines if line.startswith("FAIL")))
+    assert lines[first].startswith("FAIL  Test: scaled_dot_product_attention without a mask"), out
+    assert lines[first + 1] == "CheckFailure: weights: Your scores are not divided by √d_k.", out
+    assert "VALIDATION FAILED on 4 cell(s)" in out, out

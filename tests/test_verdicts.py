@@ -113,6 +113,11 @@ def verdicts(nb, tmp_path):
             "grading": grading}
 
 
+# Wrong answers right only on 3-D inputs (issue 35): the visible tests must catch them as the hidden ones do.
+THREE_D_ONLY = {"softmax over dim=2": ("sub", "torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=2)"),
+                "k.transpose(1, 2)": ("sub", "k.transpose(-2, -1)", "k.transpose(1, 2)")}
+
+
 def submissions(assignment):
     yield "solution", make_submission(assignment, [])
     for style, answers in STYLES.get(assignment, {}).items():
@@ -120,6 +125,9 @@ def submissions(assignment):
     for (function, name), edits in WRONG.items():
         if ASSIGNMENT[function] == assignment:
             yield f"mistake {function}/{name}", make_submission(assignment, edits)
+    if assignment == "03_self_attention":
+        for name, edit in THREE_D_ONLY.items():
+            yield f"mistake {name}", make_submission(assignment, [edit])
 
 
 @pytest.fixture(autouse=True)
