@@ -61,12 +61,8 @@ def run(ns, cells):
 
 def fresh_kernel(cells):
     """The outcomes of Run All in a new kernel; the one kernel's history is left as it was."""
-    kept = dict(feedback._HISTORY)
-    feedback.reset_history()
-    try:
+    with feedback.separate_history():
         return run({"__name__": "__main__"}, cells)
-    finally:
-        feedback._HISTORY.update(kept)
 
 
 @pytest.fixture(autouse=True)

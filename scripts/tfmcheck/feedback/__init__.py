@@ -38,6 +38,7 @@ This package imports torch, the standard library and tfmcheck.checking only.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -53,7 +54,7 @@ from .catalogue import Alternatives, Mistake, _allclose, _Tensor, _type
 from .families import attention
 
 __all__ = ["CATALOGUE", "Alternatives", "For", "Mistake", "attention", "diagnose", "explain", "fix_first",
-           "reset_history", "version"]
+           "reset_history", "separate_history", "version"]
 
 CHAPTERS = (ch01_rnn, ch02_attention, ch03_self_attention, ch04_multi_head, ch05_positions, ch06_encoder_decoder,
             ch07_efficiency, ch08_scaling)
@@ -125,6 +126,18 @@ _KEPT_CALLS = 32            # per function version: a test re-run with unseeded 
 def reset_history():
     """Forget the recorded calls (a new notebook starts)."""
     _HISTORY["owner"], _HISTORY["calls"] = check.mode(), {}
+
+
+@contextlib.contextmanager
+def separate_history():
+    """Within: a fresh history (another notebook, as a fresh kernel would have); after: the current one again."""
+    kept = dict(_HISTORY)
+    reset_history()
+    try:
+        yield
+    finally:
+        _HISTORY.clear()
+        _HISTORY.update(kept)
 
 
 _PLAIN = (int, float, complex, str, bytes, bool, type(None))
