@@ -150,3 +150,21 @@ def test_validate_in_a_terminal_names_the_mistake_first_in_80_columns(tmp_path):
     assert lines[first].startswith("FAIL  Test: scaled_dot_product_attention without a mask"), out
     assert lines[first + 1] == "CheckFailure: weights: Your scores are not divided by √d_k.", out
     assert "VALIDATION FAILED on 4 cell(s)" in out, out
+
+
+def test_figure_options_fit_on_one_line_each():
+    """MyST reads a directive's options one line each: a continued :alt: cuts the alt text and pushes the rest,
+    `:width: 100%` included, into the caption (book/appendix/how_to_take.md's screenshot, issue 35)."""
+    from pathlib import Path
+    repo = Path(__file__).resolve().parent.parent
+    problems = []
+    for page in sorted((repo / "book").rglob("*.md")):
+        lines = page.read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            if re.match(r"\s*(```|:::)\{(figure|image)\}", line):
+                j = i + 1
+                while j < len(lines) and lines[j].lstrip().startswith(":"):
+                    j += 1
+                if j < len(lines) and lines[j].strip() and j > i + 1:
+                    problems.append(f"{page.relative_to(repo)}:{j + 1}: {lines[j].strip()[:60]}")
+    assert not problems, "an option continued on the next line:\n" + "\n".join(problems)
