@@ -13,8 +13,9 @@ Each submission runs three times in this process (exec of the cells in order, as
   learner's results are recorded (``check.recording``), then the trusted cells replayed on that trace by
   ``tfmgrader.verify.replay``; a test passes when it passed in the kernel and in the replay.
 The diagnosis that names a mistake is switched off here: it only rewrites the message of a failure already
-decided (scripts/tfmcheck/feedback), so it cannot change a verdict and only costs time.  tests/test_exercises.py
-(``test_in_process_verdicts_match_nbgrader``) checks this model against real nbgrader grading of its submissions.
+decided (scripts/tfmcheck/feedback), so it cannot change a verdict and only costs time.  `make check` is run on its
+own only when a test cell drew from a global random generator; otherwise the grader's kernel run (the same cells,
+reseeded to no effect) stands for it.  One torch thread, as in the grading kernel: about 8 s of CPU in all.
 """
 from __future__ import annotations
 
