@@ -17,14 +17,47 @@ test passed, 1 otherwise (2: usage error).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 ASSIGNMENTS = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir() and re.match(r"\d\d_", p.name))
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+WIDTH = 80  # a terminal's usual width: messages are wrapped to it, never cut
+
+
+def wrapped(text: str, indent: int = 8) -> str:
+    """``text`` indented by ``indent`` spaces and wrapped at WIDTH columns, each line's own indentation kept (a
+    continuation goes two spaces further in)."""
+    out = []
+    for line in text.splitlines() or [""]:
+        own = len(line) - len(line.lstrip(" "))
+        first, rest = " " * (indent + own), " " * (indent + own + 2)
+        out.extend(textwrap.wrap(line.strip(), WIDTH, initial_indent=first, subsequent_indent=rest,
+                                 break_on_hyphens=False) or [""])
+    return "\n".join(out)
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """The kernel's start-up warnings (it inherits this process's stderr) are not the learner's: file descriptor 2
+    goes to /dev/null meanwhile."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def _nbg(cell):
@@ -98,7 +131,7 @@ def run_checks(assignment: str, notebook: Path) -> int:
     learner = nbformat.read(str(notebook), as_version=4)
     nb = merge(source, learner)
     timeout = int(_config().Execute.get("timeout", 60))
-    print(f"Checking {notebook} with the visible and hidden tests of {assignment} ...", flush=True)
+    print(wrapped(f"Checking {notebook} with the visible and hidden tests of {assignment} ...", 0), flush=True)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True, interrupt_on_timeout=True,
                             resources={"metadata": {"path": str(notebook.resolve().parent)}})
     try:
@@ -135,23 +168,47 @@ def run_checks(assignment: str, notebook: Path) -> int:
     for gid, got, points, message in rows:
         print(f"  {'PASS' if message is None else 'FAIL'}  {gid:<{width}}  {got}/{points}")
         if message:
-            print("\n".join("        " + line for line in message.splitlines()))
+            print(wrapped(message))
     print(f"\nTotal: {earned}/{total} points" + ("" if not failed else f"; {failed} test(s) failed."))
     if not failed:
-        print("Every test passed, the hidden ones included. Compare your code with the solution in "
-              f"solutions/{assignment}/.")
+        print(wrapped("Every test passed, the hidden ones included. Compare your code with the solution in "
+                      f"solutions/{assignment}/.", 0))
     return 0 if not failed else 1
 
 
 def validate(notebook: Path) -> int:
-    """nbgrader's Validate on the learner's notebook; exit status 1 when validation fails."""
-    from nbgrader.validator import Validator
+    """nbgrader's Validate on the learner's notebook; exit status 1 when validation fails.  Each failed test as the
+    Lab's dialog shows it: the message (the named mistake) first, wrapped at 80 columns; then what to do next."""
+    sys.path.insert(0, str(REPO / "scripts" / "lab"))
+    from course_lab import SPLIT, MessageFirstValidator
 
-    validator = Validator(config=_config())
-    result = validator.validate(str(notebook))
-    validator.validate = lambda filename: result  # print what was found, without running the notebook again
-    validator.validate_and_print(str(notebook))
-    return 1 if any(result.get(k) for k in ("type_changed", "changed", "failed")) else 0
+    validator = MessageFirstValidator(config=_config())
+    print(wrapped(f"Validating {notebook} with its visible tests ...", 0), flush=True)
+    with quiet_stderr():
+        result = validator.validate(str(notebook))
+    if result.get("type_changed") or result.get("changed"):  # a read-only cell was edited: nbgrader's own report
+        validator.validate = lambda filename: result  # print what was found, without running the notebook again
+        validator.validate_and_print(str(notebook))
+        return 1
+    failed = result.get("failed", [])
+    print()
+    for cell in failed:
+        title = next((line.lstrip("# ").strip() for line in cell["source"].splitlines() if line.strip()), "a cell")
+        raw = ANSI.sub("", cell.get("raw_error", ""))
+        message = raw.split(SPLIT, 1)[0].strip() if SPLIT in raw else raw.strip()
+        if message.startswith("NotImplementedError"):
+            message = ("NotImplementedError: an answer this test needs is not written yet (replace "
+                       "`raise NotImplementedError()` with your code)")
+        print(wrapped(f"FAIL  {title}", 2))
+        print(wrapped(message or "this cell failed", 8))
+        print()
+    if failed:
+        print(wrapped(f"VALIDATION FAILED on {len(failed)} cell(s). Fix the first failure first: a later test often "
+                      f"fails because of it. Then run `make validate` again, or `make check` for the hidden tests "
+                      f"too.", 0))
+        return 1
+    print(wrapped("Success! Your notebook passes all the visible tests. `make check` runs the hidden tests too.", 0))
+    return 0
 
 
 def main(argv=None) -> int:

@@ -403,6 +403,22 @@ def test_learner_mode_keeps_validate_and_drops_the_instructor_tools():
     assert nbg.Execute.timeout == course.Execute.timeout and nbg.ClearSolutions.code_stub == course.ClearSolutions.code_stub
 
 
+def test_the_file_browser_shows_the_course_not_build_or_instructor_folders(tmp_path):
+    """The root of `make lab`'s file browser (learner): the course's folders, not _build/, *.egg-info/, artifacts/
+    or solutions/; the instructor's Lab lists solutions/."""
+    import asyncio
+    import sys
+    sys.path.insert(0, str(REPO / "scripts" / "lab"))
+    import course_lab
+    for name in ("book", "notebooks", "tfmlib", "solutions", "_build", "tfmlib.egg-info", "artifacts"):
+        (tmp_path / name).mkdir()
+    for mode, shown in (("learner", {"book", "notebooks", "tfmlib"}), ("instructor", {"book", "notebooks", "tfmlib", "solutions"})):
+        cfg = _load(mode, "jupyter_server_config.py")
+        manager = course_lab.ChapterKeepingContentsManager(root_dir=str(tmp_path), config=cfg)
+        listing = asyncio.run(manager.get("", content=True))
+        assert {item["name"] for item in listing["content"]} == shown, (mode, listing["content"])
+
+
 def test_instructor_mode_has_formgrader_on_this_course():
     cfg = _load("instructor", "jupyter_server_config.py")
     ext = cfg.ServerApp.jpserver_extensions

@@ -30,6 +30,11 @@ def configure(c, instructor: bool, hub: bool = False):
     # Jupytext's contents manager, except that a chapter is written only when one of its cells changed:
     # opening and running it leaves book/*.md as they are (course_lab.py).
     c.ServerApp.contents_manager_class = ChapterKeepingContentsManager
+    # The file browser shows the course (book/, notebooks/, tfmlib/, ...), not what a build leaves (_build/, the
+    # package's *.egg-info/, artifacts/) nor, for learners, the instructor's solutions/ (nbgrader's source).  Hidden
+    # from the listing only: a path typed in full still opens.
+    hidden = ["_build", "*.egg-info", "artifacts", ".pytest_cache"] + ([] if instructor else ["solutions"])
+    c.ContentsManager.hide_globs = ["__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "*.so", "*.dylib", *hidden]
     # nbgrader's server extensions: Validate for everyone, served by course_lab (nbgrader's handler, plus a
     # sentence on chapters and the named mistake first on failures); the instructor's tools only for instructors.
     c.ServerApp.jpserver_extensions = {

@@ -38,8 +38,11 @@ This package imports torch, the standard library and tfmcheck.checking only.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import sys
+import types
 
 import torch
 
@@ -51,7 +54,7 @@ from .catalogue import Alternatives, Mistake, _allclose, _Tensor, _type
 from .families import attention
 
 __all__ = ["CATALOGUE", "Alternatives", "For", "Mistake", "attention", "diagnose", "explain", "fix_first",
-           "reset_history"]
+           "reset_history", "separate_history", "version"]
 
 CHAPTERS = (ch01_rnn, ch02_attention, ch03_self_attention, ch04_multi_head, ch05_positions, ch06_encoder_decoder,
             ch07_efficiency, ch08_scaling, ch09_modern_gpt)
@@ -114,10 +117,14 @@ def _signature(value):
     return (_type(value).__name__, repr(value))
 
 
-# The earlier calls of each graded function in this notebook: function -> {inputs' signature: (inputs, result)}.
-# A re-run of a test replaces its own entry.  ``owner`` is tfmcheck.checking's mode when they were recorded: a
-# new grading replay (a new mode) starts a new history, so one notebook's calls never meet another's.
+# The earlier calls of each graded function in this notebook, made with the function as it is now:
+# function -> {"version": the learner's function's fingerprint, "calls": {inputs' signature: (inputs, result)}}.
+# A re-run of a test replaces its own entry; a call with another version of the function (the learner edited and
+# re-ran its cell, or a function it is built on) drops every entry of the older one, since results of code that
+# is gone say nothing about the code that is there.  ``owner`` is tfmcheck.checking's mode when they were
+# recorded: a new grading replay (a new mode) starts a new history, so one notebook's calls never meet another's.
 _HISTORY = {"owner": None, "calls": {}}
+_KEPT_CALLS = 32            # per function version: a test re-run with unseeded inputs adds an entry each time
 
 
 def reset_history():
@@ -125,12 +132,82 @@ def reset_history():
     _HISTORY["owner"], _HISTORY["calls"] = check.mode(), {}
 
 
-def _remember(function, result, inputs):
+@contextlib.contextmanager
+def separate_history():
+    """Within: a fresh history (another notebook, as a fresh kernel would have); after: the current one again."""
+    kept = dict(_HISTORY)
+    reset_history()
+    try:
+        yield
+    finally:
+        _HISTORY.clear()
+        _HISTORY.update(kept)
+
+
+_PLAIN = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _fingerprint(obj, namespace, seen):
+    """What decides the behaviour of the learner's ``obj`` (looked up in the notebook's ``namespace``): for a
+    function defined there, its code, defaults and closure and, recursively, the notebook's functions and plain
+    values it reads by name; anything else by identity.  Reads attributes of plain functions only, so it runs
+    none of the learner's code."""
+    if _type(obj) is not types.FunctionType:
+        if _type(obj) in _PLAIN:
+            return obj
+        if _type(obj) is _Tensor:
+            return ("tensor", id(obj), obj._version)
+        return ("object", id(obj))
+    if id(obj) in seen:
+        return ("recursive", obj.__code__)
+    seen = seen | {id(obj)}
+    names, codes = set(), [obj.__code__]
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes.extend(c for c in code.co_consts if _type(c) is types.CodeType)
+    glob = obj.__globals__
+    used = tuple((name, _fingerprint(glob[name], namespace, seen)) for name in sorted(names)
+                 if _type(glob) is dict and name in glob and not name.startswith("__")
+                 and _type(glob[name]) is not types.ModuleType
+                 and (_type(glob[name]) in _PLAIN or _type(glob[name]) is _Tensor
+                      or getattr(glob[name], "__globals__", None) is glob))
+    cells = tuple(_fingerprint(c.cell_contents, namespace, seen) if _type(c.cell_contents) is types.FunctionType
+                  else ("cell", id(c.cell_contents)) for c in (obj.__closure__ or ()))
+    defaults = tuple(d if _type(d) in _PLAIN else ("default", id(d)) for d in (obj.__defaults__ or ()))
+    return (obj.__code__, defaults, cells, used)
+
+
+def version(function, namespace):
+    """The fingerprint of the learner's ``function`` as defined in ``namespace`` (a test cell's globals), or None
+    where it is not a function of the notebook (the grader's replay, which runs no learner code, holds only stand-ins:
+    there a notebook has one version of each function)."""
+    try:
+        obj = namespace.get(function) if _type(namespace) is dict else None
+        if _type(obj) is not types.FunctionType:
+            return None if obj is None else ("object", id(obj))
+        return _fingerprint(obj, namespace, frozenset())
+    except Exception:  # noqa: BLE001  (an odd object: no version, the history is kept as it is)
+        return None
+
+
+def _remember(function, result, inputs, current_version=None):
     if _HISTORY["owner"] is not check.mode():
         reset_history()
     key = tuple(sorted((name, _signature(value)) for name, value in inputs.items()))
     kept = {k: (v.detach().clone() if _type(v) is _Tensor else v) for k, v in inputs.items()}
-    _HISTORY["calls"].setdefault(function, {})[key] = (kept, result)
+    entry = _HISTORY["calls"].get(function)
+    try:
+        same = entry is not None and entry["version"] == current_version
+    except Exception:  # noqa: BLE001  (a comparison that fails: treat it as a new version)
+        same = False
+    if not same:
+        entry = _HISTORY["calls"][function] = {"version": current_version, "calls": {}}
+    calls = entry["calls"]
+    calls.pop(key, None)
+    calls[key] = (kept, result, {})  # {mistake: does its variant give this result?}, filled by _consistent
+    while len(calls) > _KEPT_CALLS:
+        calls.pop(next(iter(calls)))
     return key
 
 
@@ -142,16 +219,19 @@ def _variants(mistake, inputs):
 
 
 def _consistent(mistake, function, current):
-    """False when an earlier call of ``function`` in this notebook returned something this mistake would not
-    have returned: the learner's code cannot have that mistake (a coincidence on the failing test's inputs)."""
-    for key, (inputs, result) in _HISTORY["calls"].get(function, {}).items():
+    """False when an earlier call of ``function``, as it is now, returned something this mistake would not have
+    returned: the learner's code cannot have that mistake (a coincidence on the failing test's inputs).  Calls of
+    an earlier version of the function are gone from the history (``_remember``): they rule nothing out."""
+    for key, (inputs, result, agrees) in _HISTORY["calls"].get(function, {"calls": {}})["calls"].items():
         if key == current:
             continue
-        try:
-            candidates = _variants(mistake, inputs)
-        except Exception:  # a variant that cannot run on those inputs tells nothing
-            continue
-        if candidates and not any(_same(result, c) for c in candidates):
+        if id(mistake) not in agrees:
+            try:
+                candidates = _variants(mistake, inputs)
+            except Exception:  # a variant that cannot run on those inputs tells nothing
+                candidates = []
+            agrees[id(mistake)] = not candidates or any(_same(result, c) for c in candidates)
+        if not agrees[id(mistake)]:
             return False
     return True
 
@@ -190,7 +270,8 @@ class For:
 
     def __init__(self, function, result, **inputs):
         self.function, self.result, self.inputs = function, result, inputs
-        self.key = _remember(function, result, inputs)
+        # the test cell's namespace: where the learner's function is defined, so its version is read there
+        self.key = _remember(function, result, inputs, version(function, sys._getframe(1).f_globals))
         self.dependencies, self.composed = {}, None
 
     def relies_on(self, checks, composed=None):
