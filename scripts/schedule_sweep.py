@@ -7,7 +7,8 @@ same held-out tokens, same width and heads) is trained once at a constant rate, 
 every budget of ``--budgets`` (steps), and once per budget with the rate falling along a cosine to a tenth of
 it by that budget's last step (``tfmlib.train.lr_factor``).  All runs of one seed start from the same weights
 and see the same batches in the same order, so the difference between the two schedules at a budget is the
-schedule's alone.  The defaults write the CSV chapter 8 reads (about 6 minutes of CPU time: 40 s per seed and rate).
+schedule's alone.  The defaults write the CSV chapter 8 reads (about 6 minutes of CPU time, 40 s per seed and
+rate; seeds can run as separate processes, each with its own ``--seeds`` and ``--out``, and their rows be joined).
 """
 from __future__ import annotations
 
