@@ -8,7 +8,8 @@ import torch
 import tfmlib
 from tfmlib.data import MarkovSource
 from tfmlib.scaling import (BESIROGLU_PARAMS, CHINCHILLA_PARAMS, chinchilla_loss, compute_optimal,
-                            count_parameters, fit_chinchilla, fit_power_law, isoflop_loss, train_on_source)
+                            count_parameters, fit_chinchilla, fit_chinchilla_many, fit_power_law, isoflop_loss,
+                            train_on_source)
 
 
 # ---------------------------------------------------------------- L(N, D) and the compute-optimal split
@@ -109,6 +110,24 @@ def test_fit_chinchilla_is_robust_to_small_noise():
     assert fit["E"] == pytest.approx(1.8, abs=0.03)
     assert fit["alpha"] == pytest.approx(0.45, abs=0.05)
     assert fit["beta"] == pytest.approx(0.35, abs=0.05)
+
+
+def test_fit_chinchilla_many_solves_each_weighting_as_fit_chinchilla_does():
+    """Chapter 8's bootstrap: one batched fit of several weightings equals separate fits of the repeated rows."""
+    true = {"E": 1.8, "A": 60.0, "B": 400.0, "alpha": 0.45, "beta": 0.35}
+    n, d, loss = _synthetic_grid(true, noise=0.01, seed=1)
+    rng = np.random.default_rng(0)
+    weights = np.stack([np.ones(len(n))] + [rng.multinomial(len(n), np.ones(len(n)) / len(n)) for _ in range(2)])
+    start = torch.tensor([math.log(50.0), math.log(300.0), math.log(1.7), 0.4, 0.4], dtype=torch.float64)
+    theta, val = fit_chinchilla_many(n, d, loss, weights, start.expand(len(weights), 5))
+    for w, th, v in zip(weights, theta, val):
+        rows = np.repeat(np.arange(len(n)), w.astype(int))
+        ref = fit_chinchilla(n[rows], d[rows], loss[rows], grid=start[None], n_refine=None)   # L-BFGS, same start
+        assert float(v) <= ref["huber"] * (1 + 1e-6) + 1e-12          # at least as good a minimum
+        assert math.exp(th[2]) == pytest.approx(ref["E"], abs=5e-3)
+        assert float(th[4]) == pytest.approx(ref["beta"], abs=5e-3)
+    with pytest.raises(ValueError, match="weights"):
+        fit_chinchilla_many(n, d, loss, weights[:, :-1], start.expand(len(weights), 5))
 
 
 # ---------------------------------------------------------------- the source of known entropy

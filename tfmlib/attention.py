@@ -71,8 +71,12 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0, scale=None, 
 def fast_attention(q, k, v, mask=None, bias=None, causal=False, dropout_p=0.0):
     """The same result as ``scaled_dot_product_attention`` from PyTorch's fused kernel — chapter 7.
 
-    ``F.scaled_dot_product_attention`` never keeps the ``(Tq, Tk)`` weights (on a GPU it never even
-    stores the scores), so it returns only out ``(..., Tq, Dv)``.  ``causal`` adds the causal mask
+    ``F.scaled_dot_product_attention`` never returns the ``(Tq, Tk)`` weights, only out ``(..., Tq, Dv)``.
+    Whether it stores the scores depends on the backend PyTorch picks: the flash and memory-efficient
+    kernels work block by block and never hold them; the "math" fallback forms the full ``(Tq, Tk)``
+    scores and weights internally, and PyTorch uses it whenever no fused kernel accepts the inputs (float64
+    on a GPU, masks or dtypes a kernel does not support).  An explicit ``mask`` or ``bias`` (a KV cache's
+    offset causal mask, ALiBi) already rules out the GPU flash kernel.  ``causal`` adds the causal mask
     aligned to the last key: query i (of Tq) sits at position Tk − Tq + i, as when new tokens attend
     over a cache.  ``mask`` (bool) and ``bias`` (float) as in ``scaled_dot_product_attention``;
     rows with no allowed key give zeros.

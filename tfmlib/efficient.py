@@ -109,7 +109,9 @@ def blockwise_attention(q, k, v, block_size: int, scale: float | None = None):
     For each block the running row maximum m, the running denominator ℓ and the unnormalised output are
     rescaled by exp(m_old − m_new) (the online softmax, Milakov & Gimelshein 2018), so the result equals
     unmasked ``scaled_dot_product_attention`` up to rounding while the largest score tensor held is
-    ``(..., Tq, block_size)``, never ``(..., Tq, Tk)``.  Returns out ``(..., Tq, Dv)`` (no weights).
+    ``(..., Tq, block_size)``, never ``(..., Tq, Tk)`` — in the forward pass.  Under autograd every block's
+    scores and exponentials are kept for the backward pass, O(Tq·Tk) memory again; FlashAttention's backward
+    recomputes them instead (chapter 7).  Returns out ``(..., Tq, Dv)`` (no weights).
     """
     for name, x in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, x, 2)

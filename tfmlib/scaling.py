@@ -146,6 +146,50 @@ def fit_chinchilla(N, D, L, delta: float = 1e-3, grid=None, n_refine: int = 16, 
             "huber": best_val}
 
 
+def fit_chinchilla_many(N, D, L, weights, starts, delta: float = 1e-3, iters: int = 150):
+    """Fit eq. (8.6) to many weightings of the same runs at once — chapter 8's bootstrap.
+
+    N, D, L: ``(P,)`` runs; ``weights`` ``(R, P)``, one weighting per problem r (a bootstrap draw: how many
+    times each run was drawn); ``starts`` ``(R, 5)`` values of θ = (a, b, e, α, β) to start problem r from.
+    Minimises Σ_i w_ri Huber_δ(LSE(a − α log N_i, b − β log D_i, e) − log L_i) for every r at once by
+    Levenberg–Marquardt steps on the reweighted least squares that majorise the Huber loss (residuals beyond
+    δ get weight δ/|r|), a step accepted only where it lowers problem r's objective.  The R problems are
+    independent, so one batched step serves all of them: thousands of refits cost about one L-BFGS fit.
+    Returns θ ``(R, 5)`` and each problem's objective ``(R,)``.
+    """
+    log_n, log_d, log_l = (torch.as_tensor(v, dtype=torch.float64).flatten().log() for v in (N, D, L))
+    w = torch.as_tensor(weights, dtype=torch.float64)
+    theta = torch.as_tensor(starts, dtype=torch.float64).clone()
+    if w.dim() != 2 or w.shape[1] != log_n.shape[0] or theta.shape != (w.shape[0], 5) or (w < 0).any():
+        raise ValueError(f"need weights (R, P) >= 0 and starts (R, 5) for P = {log_n.shape[0]} runs, got "
+                         f"weights {tuple(w.shape)}, starts {tuple(theta.shape)}")
+
+    def objective(th):                                                   # (R, 5) → (R,), and the residuals
+        r = _log_loss_hat(th, log_n, log_d) - log_l
+        return (w * F.huber_loss(r, torch.zeros_like(r), delta=delta, reduction="none")).sum(-1), r
+
+    val, r = objective(theta)
+    damping = torch.full_like(val, 1e-3)
+    for _ in range(iters):
+        a, b, e, alpha, beta = theta.unbind(-1)
+        terms = torch.stack([a[:, None] - alpha[:, None] * log_n, b[:, None] - beta[:, None] * log_d,
+                             e[:, None].expand_as(r)], -1)               # (R, P, 3)
+        s = torch.softmax(terms, -1)                                     # ∂ LSE / ∂ term
+        jac = torch.stack([s[..., 0], s[..., 1], s[..., 2], -s[..., 0] * log_n, -s[..., 1] * log_d], -1)
+        irls = w * torch.where(r.abs() <= delta, 1.0, delta / r.abs().clamp_min(1e-300))   # (R, P)
+        weighted = jac * irls[..., None]
+        hess = weighted.transpose(1, 2) @ jac                            # (R, 5, 5)
+        grad = (weighted * r[..., None]).sum(1)                          # (R, 5)
+        diag = torch.diagonal(hess, dim1=-2, dim2=-1)
+        step = torch.linalg.solve(hess + torch.diag_embed(damping[:, None] * (diag + 1e-12)), -grad)
+        new_val, new_r = objective(theta + step)
+        better = new_val < val
+        theta = torch.where(better[:, None], theta + step, theta)
+        val, r = torch.where(better, new_val, val), torch.where(better[:, None], new_r, r)
+        damping = torch.where(better, damping / 3, damping * 4).clamp(1e-12, 1e12)
+    return theta, val
+
+
 def count_parameters(model) -> int:
     """N: every trainable parameter of the model, embeddings included."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
