@@ -9,6 +9,7 @@ bytes in order, which ``tests/test_bpe.py`` checks merge by merge.
 """
 from __future__ import annotations
 
+import heapq
 import re
 from collections import Counter, defaultdict
 
@@ -46,7 +47,8 @@ def train_bpe(text: str, n_merges: int, min_count: int = 2) -> list[tuple[int, i
 
     Each step merges the most frequent adjacent pair (a pre-token that occurs c times counts its pairs c times;
     ties: the smallest pair), and stops early when no pair occurs ``min_count`` times.  Only the pre-tokens
-    that hold the merged pair are rewritten, and only their pairs recounted.
+    that hold the merged pair are rewritten, and only their pairs recounted.  A heap of (−count, pair) finds
+    the best pair; an entry whose count has changed since it was pushed is stale and skipped.
     """
     if n_merges < 0 or min_count < 1:
         raise ValueError(f"need n_merges >= 0 and min_count >= 1, got n_merges={n_merges}, min_count={min_count}")
@@ -58,26 +60,35 @@ def train_bpe(text: str, n_merges: int, min_count: int = 2) -> list[tuple[int, i
         for pair, n in _pairs(ids).items():
             counts[pair] += n * freq[w]
             where[pair].add(w)
+    heap = [(-n, pair) for pair, n in counts.items()]
+    heapq.heapify(heap)
     merges = []
-    for new_id in range(256, 256 + n_merges):
-        if not counts:
+    while len(merges) < n_merges and heap:
+        n, pair = heapq.heappop(heap)
+        if -n != counts.get(pair, 0):
+            continue                                      # stale: the pair's count changed after this push
+        if -n < min_count:
             break
-        pair = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))
-        if counts[pair] < min_count:
-            break
+        new_id = 256 + len(merges)
         merges.append(pair)
-        for w in sorted(where.pop(pair)):
+        changed = set()
+        for w in where.pop(pair):
             old, new = seqs[w], merge_pair(seqs[w], pair, new_id)
-            for p, n in _pairs(old).items():
-                counts[p] -= n * freq[w]
-                if counts[p] == 0:
-                    del counts[p]
-                if p != pair:
-                    where[p].discard(w)
-            for p, n in _pairs(new).items():
-                counts[p] += n * freq[w]
+            for p, k in _pairs(old).items():
+                counts[p] -= k * freq[w]
+                where[p].discard(w)
+                changed.add(p)
+            for p, k in _pairs(new).items():
+                counts[p] += k * freq[w]
                 where[p].add(w)
+                changed.add(p)
             seqs[w] = new
+        for p in changed:
+            if counts[p] > 0:
+                heapq.heappush(heap, (-counts[p], p))
+            else:
+                del counts[p]
+        where.pop(pair, None)
     return merges
 
 

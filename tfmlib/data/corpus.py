@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,14 @@ _FENCE = re.compile(r"^(`{3,}|:{3,})\s*(\{([\w:-]+)\})?")
 _ROLE_DROP = re.compile(r"\{(glue(:\w+)?|cite(:\w+)?|numref|eq)\}`[^`]*`")
 _ROLE_TEXT = re.compile(r"\{(ref|doc|term|download)\}`([^`<]*?)\s*(<[^`]*>)?`")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_MATH = re.compile(r"\$([^$]+)\$")
+_GREEK = {"alpha", "beta", "gamma", "delta", "epsilon", "theta", "lambda", "mu", "pi", "sigma", "tau", "omega"}
+
+
+def _plain_math(tex: str) -> str:
+    """Inline maths as readable text: Greek letters by name, other commands and braces dropped."""
+    tex = re.sub(r"\\([A-Za-z]+)", lambda m: m.group(1) if m.group(1) in _GREEK else " ", tex)
+    return re.sub(r"\s+", " ", re.sub(r"[{}\\]", "", tex)).strip()
 
 
 @dataclass(frozen=True)
@@ -51,7 +60,7 @@ def _inline(line: str) -> str:
     line = _LINK.sub(r"\1", line)
     line = re.sub(r"\*\*|__|`", "", line)
     line = re.sub(r"(?<!\w)\*(?=\S)|(?<=\S)\*(?!\w)", "", line)
-    line = line.replace("$", "")
+    line = _MATH.sub(lambda m: _plain_math(m.group(1)), line).replace("$", "")
     return re.sub(r"[ \t]{2,}", " ", line).strip()
 
 
@@ -139,10 +148,12 @@ def stdlib_documents(modules=STDLIB_MODULES) -> list[Document]:
     for module_name in modules:
         module = importlib.import_module(module_name)
         parts = [inspect.getdoc(module) or ""]
-        for name, member in _public_members(module, module_name):
-            parts.append(inspect.getdoc(member) or "")
-            if inspect.isclass(member):
-                parts += [inspect.getdoc(m) or "" for _, m in _public_members(member, module_name)]
+        with warnings.catch_warnings():          # reading deprecated members (typing.io, …) warns; we only read
+            warnings.simplefilter("ignore", DeprecationWarning)
+            for name, member in _public_members(module, module_name):
+                parts.append(inspect.getdoc(member) or "")
+                if inspect.isclass(member):
+                    parts += [inspect.getdoc(m) or "" for _, m in _public_members(member, module_name)]
         docs.append(Document(f"stdlib:{module_name}", "\n\n".join(p for p in parts if p)))
     return docs
 
