@@ -250,3 +250,12 @@ def test_warmup_then_cosine_schedule_values():
     assert lr_factor(steps - 1, steps, warmup, decay=True) == pytest.approx(0.1)   # ends at a tenth
     f = [lr_factor(s, steps, warmup, decay=True) for s in range(warmup, steps)]
     assert all(a >= b for a, b in zip(f, f[1:]))
+
+
+def test_gqa_rotary_fast_path_equals_rope_at_every_offset():
+    m = GroupedQueryAttention(16, 2, n_kv_heads=1, rotary=True)
+    q, k = randn(2, 2, 5, 8), randn(2, 1, 5, 8)
+    for start in (0, 3, 40):                         # 40: past the first table, which then grows
+        fq, fk = m.rotate(q, k, start)
+        torch.testing.assert_close(fq, rope(q, offset=start))
+        torch.testing.assert_close(fk, rope(k, offset=start))

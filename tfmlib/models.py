@@ -289,14 +289,18 @@ def modern_gpt(vocab_size, d_model=64, n_heads=4, n_layers=2, n_kv_heads=None, d
     """Chapter 9's GPT: a ``DecoderLM`` with pre-norm RMSNorm blocks, SwiGLU MLPs, RoPE, grouped-query
     attention with ``n_kv_heads`` key/value heads (default n_heads / 2, or 1 for a single head) and tied
     embeddings; no biases.  d_ff defaults to (2/3)·4·d_model rounded up to a multiple of 8, the size at which
-    SwiGLU's three matrices hold as many parameters as a 4·d_model two-matrix MLP (Shazeer, 2020).
+    SwiGLU's three matrices hold as many parameters as a 4·d_model two-matrix MLP (Shazeer, 2020).  The
+    embedding, which is also the output layer, starts at N(0, 0.02²) as in GPT-2: with PyTorch's N(0, 1) the
+    first logits would have a standard deviation of about √d_model and the first loss would lie far above ln V.
     """
     if n_kv_heads is None:
         n_kv_heads = max(1, n_heads // 2)
     if d_ff is None:
         d_ff = 8 * math.ceil(8 * d_model / 3 / 8)
-    return DecoderLM(vocab_size, d_model, n_heads, n_layers, d_ff, max_len, dropout, pos="rope", norm_first=True,
-                     activation="swiglu", tie_weights=True, bias=bias, norm="rms", n_kv_heads=n_kv_heads)
+    model = DecoderLM(vocab_size, d_model, n_heads, n_layers, d_ff, max_len, dropout, pos="rope", norm_first=True,
+                      activation="swiglu", tie_weights=True, bias=bias, norm="rms", n_kv_heads=n_kv_heads)
+    nn.init.normal_(model.tok_emb.weight, std=0.02)
+    return model
 
 
 def decode_loop(step, idx, max_new_tokens, cache=None, crop=None, temperature=1.0, top_k=None,

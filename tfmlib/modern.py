@@ -129,6 +129,18 @@ def apply_rope(x, positions, base: float = 10000.0):
     return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
 
 
+def rope_angles(n: int, d: int, device=None, base: float = 10000.0):
+    """``(n, d/2)`` float64 angles p·θ_i, θ_i = base^(−2i/d), for positions p = 0 … n−1 (eq. (9.3))."""
+    theta = base ** (-torch.arange(0, d, 2, device=device, dtype=torch.float64) / d)
+    return torch.arange(n, device=device, dtype=torch.float64)[:, None] * theta
+
+
+def rotate_pairs(x, cos, sin):
+    """Turn each pair (2i, 2i+1) of x ``(..., T, d)`` by the angles whose cos and sin are ``(T, d/2)``."""
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
 # ------------------------------------------------------------------------------------------------------
 # Grouped-query attention — chapter 9, eq. (9.4)
 
@@ -213,9 +225,17 @@ class GroupedQueryAttention(MultiHeadAttention):
         return split_heads(q, self.n_heads), split_heads(k, self.n_kv_heads), split_heads(v, self.n_kv_heads)
 
     def rotate(self, q, k, start: int):
+        """``rope`` on q and k at positions start, start+1, …: the fast path, with the angles' cos and sin
+        computed once per length and kept (tested equal to ``rope``)."""
         if not self.rotary:
             return q, k
-        return rope(q, offset=start), rope(k, offset=start)
+        end = start + q.shape[-2]
+        table = getattr(self, "_rope_table", None)
+        if table is None or table[0].shape[0] < end or table[0].dtype != q.dtype or table[0].device != q.device:
+            angle = rope_angles(1 << (end - 1).bit_length(), self.d_head, q.device)   # room to grow: a power of 2
+            table = self._rope_table = (angle.cos().to(q.dtype), angle.sin().to(q.dtype))
+        cos, sin = table[0][start:end], table[1][start:end]
+        return rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
 
     def attend(self, q, k, v, mask, causal, need_weights):
         n_rep = self.n_heads // self.n_kv_heads
