@@ -12,12 +12,20 @@ ratios are reference time / tfmlib time (> 1: tfmlib is faster).  On the CPU, an
 Generation: time per new token at 64, 256 and 1024 tokens of context, with and without the KV cache,
 for every position scheme of chapter 5 (greedy, batch 1).  With the cache the time should hardly grow.
 
-    python scripts/bench_training.py                    # both tables
+Chapter 9: tokens per second of a training step of ``tfmlib.modern_gpt`` (RMSNorm, SwiGLU, RoPE, 2 of 4 kv
+heads, tied) against nanoGPT's ``model.py`` (Karpathy's GPT: LayerNorm, GELU, learned positions, multi-head,
+tied, no biases) at the same shape (4 layers, 4 heads, d=128, vocab 512, T=128, batch 8), in interleaved
+rounds in one run.  nanoGPT's file is imported from ``--nanogpt`` at run time (default:
+``../shared/bench/nanogpt/model.py`` next to the checkout); it is not part of this repository.
+
+    python scripts/bench_training.py                    # all three tables
     python scripts/bench_training.py --skip-generation --rounds 10
+    python scripts/bench_training.py --only-nanogpt     # chapter 9's line alone
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
@@ -89,14 +97,15 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def train_step_fn(model, batch, t, vocab, device):
+def train_step_fn(model, batch, t, vocab, device, loss_fn=None):
+    """One training step on a fixed random batch: cross-entropy of ``model(x)``'s logits, or ``loss_fn(x, y)``."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, vocab, (batch, t), generator=g).to(device)
     y = torch.randint(0, vocab, (batch, t), generator=g).to(device)
 
     def step():
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten()) if loss_fn is None else loss_fn(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -173,6 +182,36 @@ def generation_table(args, device):
         print(f"{pos:>10} " + " ".join(cells) + f" {cached[-1] / cached[0]:14.2f}", flush=True)
 
 
+def load_nanogpt(path: str):
+    """nanoGPT's model.py as a module, imported from ``path`` (never copied into this repository)."""
+    if not os.path.exists(path):
+        raise SystemExit(f"nanoGPT's model.py not found at {path}: pass --nanogpt PATH")
+    spec = importlib.util.spec_from_file_location("nanogpt_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def nanogpt_table(args, device):
+    """Chapter 9's model against nanoGPT's at the same shape: tokens per second of a training step."""
+    nanogpt = load_nanogpt(args.nanogpt)
+    vocab, t, batch = 512, 128, 8
+    torch.manual_seed(0)
+    ours = tfmlib.modern_gpt(vocab, d_model=128, n_heads=4, n_layers=4, n_kv_heads=2, max_len=t).to(device).train()
+    config = nanogpt.GPTConfig(block_size=t, vocab_size=vocab, n_layer=4, n_head=4, n_embd=128, dropout=0.0, bias=False)
+    theirs = nanogpt.GPT(config).to(device).train()
+    theirs_step = train_step_fn(theirs, batch, t, vocab, device, loss_fn=lambda x, y: theirs(x, y)[1])  # its own loss
+    best = interleaved({"tfmlib": train_step_fn(ours, batch, t, vocab, device), "nanoGPT": theirs_step},
+                       args.rounds, device)
+    n_ours, n_theirs = (sum(p.numel() for p in m.parameters()) for m in (ours, theirs))
+    tok = batch * t
+    print(f"chapter 9 vs nanoGPT, training step, 4 layers, 4 heads, d=128, vocab {vocab}, T={t}, batch {batch}, "
+          f"on {device} ({torch.get_num_threads()} threads), best of {args.rounds} interleaved rounds: "
+          f"tfmlib.modern_gpt {tok / best['tfmlib']:.0f} tok/s ({n_ours:,} parameters), "
+          f"nanoGPT {tok / best['nanoGPT']:.0f} tok/s ({n_theirs:,} parameters), "
+          f"nanoGPT/tfmlib time {best['nanoGPT'] / best['tfmlib']:.2f}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=6)
@@ -183,14 +222,22 @@ def main():
                    help="biases in tfmlib's DecoderLM (nanoGPT's CPU config has none; the references as described)")
     p.add_argument("--gen-steps", type=int, default=16, help="decoding steps timed per context length")
     p.add_argument("--devices", default=None, help="comma-separated; default: cpu, and cuda when present")
+    p.add_argument("--nanogpt", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "bench",
+                                                     "nanogpt", "model.py"),
+                   help="nanoGPT's model.py, imported at run time for chapter 9's comparison")
+    p.add_argument("--skip-nanogpt", action="store_true")
+    p.add_argument("--only-nanogpt", action="store_true", help="chapter 9's comparison alone")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     devices = args.devices.split(",") if args.devices else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     for name in devices:
         device = torch.device(name)
-        training_table(args, device)
-        if not args.skip_generation:
-            generation_table(args, device)
+        if not args.only_nanogpt:
+            training_table(args, device)
+            if not args.skip_generation:
+                generation_table(args, device)
+        if not args.skip_nanogpt:
+            nanogpt_table(args, device)
         print()
 
 

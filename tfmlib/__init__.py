@@ -7,8 +7,10 @@ from .attention import (KVCache, MultiHeadAttention, attention_mask, causal_mask
 from .blocks import DecoderBlock, EncoderBlock, FeedForward, add_norm
 from .efficient import (allowed_pairs, banded_attention, blockwise_attention, global_mask, peak_memory,
                         random_mask, sliding_window_mask, time_fn)
-from .models import (AttentionClassifier, DecoderLM, RNNClassifier, RNNSeq2Seq, Transformer,
-                     record_attention)
+from .models import (AttentionClassifier, DecoderLM, RNNClassifier, RNNSeq2Seq, Transformer, modern_gpt,
+                     record_attention, top_p_filter)
+from .modern import (GroupedQueryAttention, RMSNorm, SwiGLU, apply_rope, grouped_query_attention, repeat_kv,
+                     rms_norm, swiglu)
 from .positions import (ALiBiMultiHeadAttention, LearnedPositions, RelativeMultiHeadAttention,
                         RelativePositions, RotaryMultiHeadAttention, SinusoidalPositions, alibi_bias,
                         alibi_slopes, relative_attention, relative_position_index, rope,
@@ -16,6 +18,6 @@ from .positions import (ALiBiMultiHeadAttention, LearnedPositions, RelativeMulti
 from .scaling import (BESIROGLU_PARAMS, CHINCHILLA_PARAMS, chinchilla_loss, compute_optimal, fit_chinchilla,
                       fit_power_law, isoflop_loss)
 from .utils import get_device, seed_everything
-from . import data, train  # noqa: E402  (submodules used as tfmlib.data.X, tfmlib.train.X)
+from . import bpe, data, train  # noqa: E402  (submodules used as tfmlib.data.X, tfmlib.train.X, tfmlib.bpe.X)
 
 __version__ = "0.1.0"

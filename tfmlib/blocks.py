@@ -1,15 +1,32 @@
 """Transformer blocks — chapter 6: the position-wise FFN, Add & Norm, encoder and decoder blocks.
 
 Post-norm (the notes' and Vaswani et al.'s ``LayerNorm(x + Sublayer(x))``) is the default;
-``norm_first=True`` gives pre-norm, ``x + Sublayer(LayerNorm(x))``.
+``norm_first=True`` gives pre-norm, ``x + Sublayer(LayerNorm(x))``.  Chapter 9 swaps in RMSNorm
+(``norm="rms"``) and the SwiGLU MLP (``activation="swiglu"``) from ``tfmlib.modern``.
 """
 from __future__ import annotations
 
 from torch import nn
 
 from .attention import MultiHeadAttention
+from .modern import RMSNorm, SwiGLU
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+NORMS = ("layer", "rms")
+
+
+def make_norm(norm: str, d_model: int, bias: bool = True) -> nn.Module:
+    """LayerNorm (chapter 6) for ``norm="layer"`` (without its bias when ``bias=False``), RMSNorm (chapter 9) for ``"rms"``."""
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+    return nn.LayerNorm(d_model, bias=bias) if norm == "layer" else RMSNorm(d_model)
+
+
+def make_mlp(d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", bias: bool = True) -> nn.Module:
+    """The position-wise MLP: chapter 3's ``FeedForward`` with ReLU or GELU, or chapter 9's ``SwiGLU``."""
+    if activation == "swiglu":
+        return SwiGLU(d_model, d_ff, dropout, bias)
+    return FeedForward(d_model, d_ff, dropout, activation, bias)
 
 
 def add_norm(x, sublayer, norm, drop, norm_first=False):
@@ -31,7 +48,8 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu", bias: bool = True):
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)} (or 'swiglu' in a block), "
+                             f"got {activation!r}")
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.act = ACTIVATIONS[activation]()
         self.dropout = nn.Dropout(dropout)
@@ -70,20 +88,21 @@ class DecoderBlock(nn.Module):
     ``causal=True``; ``memory_mask`` hides padded source positions.  ``cache``: the self-attention's
     ``KVCache`` (chapter 7).  With ``cross_attention=False`` the block is a decoder-only (GPT-style) block
     and ``memory`` must be None.  ``bias=False``: no additive biases in the linear layers and LayerNorms.
+    ``norm="rms"`` uses RMSNorm and ``activation="swiglu"`` the SwiGLU MLP (chapter 9).
     Returns ``(B, Tq, d)``.
     """
 
     def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False, activation="relu",
-                 cross_attention=True, attention_cls=MultiHeadAttention, bias=True):
+                 cross_attention=True, attention_cls=MultiHeadAttention, bias=True, norm="layer"):
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = attention_cls(d_model, n_heads, dropout, bias)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, bias) if cross_attention else None
-        self.ff = FeedForward(d_model, d_ff, dropout, activation, bias)
-        self.norm_self, self.norm_ff = nn.LayerNorm(d_model, bias=bias), nn.LayerNorm(d_model, bias=bias)
+        self.ff = make_mlp(d_model, d_ff, dropout, activation, bias)
+        self.norm_self, self.norm_ff = make_norm(norm, d_model, bias), make_norm(norm, d_model, bias)
         self.drop_self, self.drop_ff = nn.Dropout(dropout), nn.Dropout(dropout)
         if cross_attention:
-            self.norm_cross, self.drop_cross = nn.LayerNorm(d_model, bias=bias), nn.Dropout(dropout)
+            self.norm_cross, self.drop_cross = make_norm(norm, d_model, bias), nn.Dropout(dropout)
 
     def forward(self, x, memory=None, self_mask=None, memory_mask=None, causal=False, cache=None):
         if (memory is None) != (self.cross_attn is None):

@@ -12,8 +12,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import KVCache, MultiHeadAttention, attention_mask, scaled_dot_product_attention
-from .blocks import DecoderBlock, EncoderBlock
+from .blocks import DecoderBlock, EncoderBlock, make_norm
 from .data import PAD as PAD_ID
+from .modern import gqa_class
 from .positions import (ALiBiMultiHeadAttention, LearnedPositions, RelativeMultiHeadAttention,
                         RotaryMultiHeadAttention, SinusoidalPositions)
 
@@ -27,11 +28,29 @@ def record_attention(model: nn.Module, on: bool = True) -> None:
             m.store_weights = on
 
 
-def sample_next(logits, temperature: float = 1.0, top_k: int | None = None, generator=None, greedy=False):
+def top_p_filter(logits, top_p: float):
+    """Keep the nucleus of each row of logits ``(B, V)``: the most likely tokens whose probabilities first sum
+    to at least ``top_p``; the others get −inf (Holtzman et al., 2020) — chapter 9.
+
+    A token is kept when the probability of the tokens more likely than it is still below ``top_p``, so the
+    most likely token always stays; ties at the boundary are cut by ``torch.sort``'s order.  Returns ``(B, V)``.
+    """
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must lie in (0, 1], got {top_p}")
+    probs, order = torch.sort(F.softmax(logits, dim=-1), dim=-1, descending=True)
+    before = probs.cumsum(dim=-1) - probs                 # the mass of the tokens ranked above each one
+    drop_sorted = before >= top_p
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def sample_next(logits, temperature: float = 1.0, top_k: int | None = None, generator=None, greedy=False,
+                top_p: float | None = None):
     """The next token ids ``(B, 1)`` from the last position's logits ``(B, V)``.
 
     Greedy: the argmax.  Otherwise sample from softmax(logits / temperature), keeping only the ``top_k``
-    most likely tokens when given (``top_k=1`` is greedy too).
+    most likely tokens when given (``top_k=1`` is greedy too), then only the nucleus of probability
+    ``top_p`` (``top_p_filter``, chapter 9) when given.
     """
     if greedy:
         return logits.argmax(dim=-1, keepdim=True)
@@ -41,6 +60,8 @@ def sample_next(logits, temperature: float = 1.0, top_k: int | None = None, gene
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        logits = top_p_filter(logits, top_p)
     return torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
 
 
@@ -201,21 +222,27 @@ class DecoderLM(nn.Module):
     ``cache[0].length`` …, and attends to the cached keys and values of the earlier ones.
     ``tie_weights`` shares the token embedding with the output layer, which then has no bias (Press & Wolf, 2017);
     ``bias=False`` removes the additive biases of every linear layer and LayerNorm (as in nanoGPT's config).
+    Chapter 9's pieces: ``norm="rms"`` (RMSNorm), ``activation="swiglu"`` (the SwiGLU MLP) and ``n_kv_heads``
+    (grouped-query attention; with ``pos="rope"`` rotary too); ``modern_gpt`` sets them all.
     """
 
     def __init__(self, vocab_size, d_model=64, n_heads=4, n_layers=2, d_ff=None, max_len=256,
                  dropout=0.0, pos="learned", norm_first=False, max_rel=16, activation="relu",
-                 tie_weights=False, bias=True):
+                 tie_weights=False, bias=True, norm="layer", n_kv_heads=None):
         super().__init__()
         d_ff = d_ff or 4 * d_model
         self.max_len, self.pos_scheme = max_len, pos
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.positions, attention_cls = position_parts(pos, d_model, max_len, max_rel)
+        if n_kv_heads is not None:
+            if pos not in ("none", "sinusoidal", "learned", "rope"):
+                raise ValueError(f"n_kv_heads works with pos none, sinusoidal, learned or rope, got pos={pos!r}")
+            attention_cls = gqa_class(n_kv_heads, rotary=pos == "rope")
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
             DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first, activation, cross_attention=False,
-                         attention_cls=attention_cls, bias=bias) for _ in range(n_layers))
-        self.norm = nn.LayerNorm(d_model, bias=bias) if norm_first else nn.Identity()
+                         attention_cls=attention_cls, bias=bias, norm=norm) for _ in range(n_layers))
+        self.norm = make_norm(norm, d_model, bias) if norm_first else nn.Identity()
         self.head = nn.Linear(d_model, vocab_size, bias=bias and not tie_weights)
         if tie_weights:
             self.head.weight = self.tok_emb.weight
@@ -238,11 +265,12 @@ class DecoderLM(nn.Module):
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 generator: torch.Generator | None = None, greedy: bool = False, use_cache: bool = True):
+                 generator: torch.Generator | None = None, greedy: bool = False, use_cache: bool = True,
+                 top_p: float | None = None):
         """Sample ``max_new_tokens`` tokens after the prompt idx ``(B, T)``; returns ``(B, T + new)``.
 
-        Logits are divided by ``temperature`` (> 0); ``top_k`` keeps only the k most likely tokens;
-        ``greedy`` takes the most likely one.  With ``use_cache`` the prompt runs once and each later step
+        Logits are divided by ``temperature`` (> 0); ``top_k`` keeps only the k most likely tokens, ``top_p``
+        only the nucleus of that probability (chapter 9); ``greedy`` takes the most likely one.  With ``use_cache`` the prompt runs once and each later step
         feeds one token (chapter 7); the tokens are the same as without.  Learned positions have no
         vector past ``max_len``: from there the context is the last ``max_len`` tokens, recomputed each step.
         """
@@ -253,11 +281,30 @@ class DecoderLM(nn.Module):
         crop = self.max_len if self.pos_scheme == "learned" else None
         total = idx.shape[1] + max_new_tokens
         cache = self.new_cache(min(total, crop or total)) if use_cache else None
-        return decode_loop(self, idx, max_new_tokens, cache, crop, temperature, top_k, generator, greedy)
+        return decode_loop(self, idx, max_new_tokens, cache, crop, temperature, top_k, generator, greedy, top_p)
+
+
+def modern_gpt(vocab_size, d_model=64, n_heads=4, n_layers=2, n_kv_heads=None, d_ff=None, max_len=256,
+               dropout=0.0, bias=False) -> DecoderLM:
+    """Chapter 9's GPT: a ``DecoderLM`` with pre-norm RMSNorm blocks, SwiGLU MLPs, RoPE, grouped-query
+    attention with ``n_kv_heads`` key/value heads (default n_heads / 2, or 1 for a single head) and tied
+    embeddings; no biases.  d_ff defaults to (2/3)·4·d_model rounded up to a multiple of 8, the size at which
+    SwiGLU's three matrices hold as many parameters as a 4·d_model two-matrix MLP (Shazeer, 2020).  The
+    embedding, which is also the output layer, starts at N(0, 0.02²) as in GPT-2: with PyTorch's N(0, 1) the
+    first logits would have a standard deviation of about √d_model and the first loss would lie far above ln V.
+    """
+    if n_kv_heads is None:
+        n_kv_heads = max(1, n_heads // 2)
+    if d_ff is None:
+        d_ff = 8 * math.ceil(8 * d_model / 3 / 8)
+    model = DecoderLM(vocab_size, d_model, n_heads, n_layers, d_ff, max_len, dropout, pos="rope", norm_first=True,
+                      activation="swiglu", tie_weights=True, bias=bias, norm="rms", n_kv_heads=n_kv_heads)
+    nn.init.normal_(model.tok_emb.weight, std=0.02)
+    return model
 
 
 def decode_loop(step, idx, max_new_tokens, cache=None, crop=None, temperature=1.0, top_k=None,
-                generator=None, greedy=False):
+                generator=None, greedy=False, top_p=None):
     """Append ``max_new_tokens`` tokens to idx ``(B, T)``, one at a time; returns ``(B, T + new)``.
 
     ``step(tokens, cache)`` returns the logits of the given tokens.  With a cache (a list of ``KVCache``)
@@ -270,7 +317,7 @@ def decode_loop(step, idx, max_new_tokens, cache=None, crop=None, temperature=1.
         else:
             cache = None
             logits = step(idx if crop is None else idx[:, -crop:], None)
-        next_id = sample_next(logits[:, -1], temperature, top_k, generator, greedy)
+        next_id = sample_next(logits[:, -1], temperature, top_k, generator, greedy, top_p)
         idx = torch.cat([idx, next_id], dim=1)
     return idx
 

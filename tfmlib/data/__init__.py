@@ -10,7 +10,9 @@ Every sequence task follows one interface (``task.py``): built with all its size
 - ``probes.py``: ``CopyTask``, ``TwoRelationTask``, ``LagTask`` — chapters 3, 4, 5.
 - ``text.py``: the toy grammar, ``CharVocab`` and ``lm_batch`` — chapter 6.
 - ``markov.py``: ``MarkovSource``, a source of known entropy — chapter 8.
+- ``corpus.py``: ``build_corpus``, real text from the course's own pages and the standard library — chapter 9.
 """
+from .corpus import Corpus, Document, build_corpus
 from .markov import MarkovSource
 from .probes import CopyTask, LagTask, TwoRelationTask
 from .recall import MarkedRecall
@@ -19,6 +21,6 @@ from .text import GRAMMAR, CharVocab, grammar_accepts, grammar_sentence, grammar
 from .tokens import BOS, EOS, FIRST_SYMBOL, PAD, pad_batch
 from .translation import SyntheticTranslation, exact_match
 
-__all__ = ["BOS", "EOS", "FIRST_SYMBOL", "GRAMMAR", "PAD", "CharVocab", "CopyTask", "LagTask", "MarkedRecall",
-           "MarkovSource", "SyntheticTranslation", "Task", "TwoRelationTask", "exact_match", "grammar_accepts",
+__all__ = ["BOS", "EOS", "FIRST_SYMBOL", "GRAMMAR", "PAD", "CharVocab", "CopyTask", "Corpus", "Document", "LagTask", "MarkedRecall",
+           "MarkovSource", "SyntheticTranslation", "Task", "TwoRelationTask", "build_corpus", "exact_match", "grammar_accepts",
            "grammar_sentence", "grammar_text", "lm_batch", "pad_batch"]
