@@ -25,7 +25,8 @@ def course_config():
 
     c = Config()
     source = (ROOT / "nbgrader_config.py").read_text()
-    exec(compile(source, "nbgrader_config.py", "exec"), {"get_config": lambda: c, "__name__": "nbgrader_config"})
+    exec(compile(source, "nbgrader_config.py", "exec"), {"get_config": lambda: c, "__name__": "nbgrader_config",
+                                                                 "__file__": str(ROOT / "nbgrader_config.py")})
     return c
 
 

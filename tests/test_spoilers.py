@@ -26,6 +26,7 @@ IN_TFMLIB = {
     "scaled_dot_product_attention", "causal_mask", "split_heads", "merge_heads", "sinusoidal_positions",
     "relative_position_index", "padding_mask", "sliding_window_mask", "global_mask", "random_mask",
     "blockwise_attention", "chinchilla_loss", "fit_chinchilla", "fit_power_law",
+    "rms_norm", "swiglu", "apply_rope", "grouped_query_attention",
 }
 
 BODY = spoilers.Body("f", "test", tuple(spoilers.normalise(

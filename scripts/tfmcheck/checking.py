@@ -453,9 +453,36 @@ def call(fn, *args, forbid=("tfmlib",), allow=(), **kwargs):
         raise CheckFailure(f"{fn!r} is not a function; run the cell that defines it first")
 
     def run():
-        with forbid_shortcuts(*forbid, allow=allow):
+        with _inputs_kept(args, kwargs), forbid_shortcuts(*forbid, allow=allow):
             return fn(*args, **kwargs)
     return run() if _MODE is None else _MODE.record((args, kwargs), run)
+
+
+class _inputs_kept:
+    """The learner's function must leave the test's tensors as it got them: one changed in place (``q.zero_()``,
+    ``x /= 2``) fails the call, here and when the record is replayed, so no test ever checks a result against
+    a reference computed from inputs the function altered."""
+
+    def __init__(self, args, kwargs):
+        self.tensors = [t for t in _tensors_in((_tuple(args), kwargs))]
+        self.before = [_detach(t).clone() for t in self.tensors]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            return False
+        for t, b in zip(self.tensors, self.before):
+            now = _detach(t)
+            same = _tuple(_shape_of(now)) == _tuple(_shape_of(b)) and _dtype_of(now) == _dtype_of(b) and (
+                _allclose(now, b, rtol=0, atol=0, equal_nan=True) if _dtype_of(b).is_floating_point
+                or _dtype_of(b).is_complex else _equal(now, b))
+            if not same:
+                raise CheckFailure(f"your function changed one of its input tensors in place (shape "
+                                   f"{_tuple(_shape_of(b))}): compute on new tensors (x = x / 2, not x /= 2 or "
+                                   f"x.div_(2)), or on a copy (x.clone())")
+        return False
 
 
 def _true_numel(t):
@@ -600,7 +627,7 @@ def peak_memory(fn, *args, forbid=("tfmlib",), **kwargs):
 
     def run():
         mode, traced, resident = _PeakNumel(), _TracedPeak(), _ResidentPeak()
-        with resident:
+        with resident, _inputs_kept(args, kwargs):
             with mode:
                 with forbid_shortcuts(*forbid):
                     with traced:

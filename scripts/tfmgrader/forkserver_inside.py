@@ -185,7 +185,8 @@ def run_kernel(request: dict) -> None:
     # No debugger: ipykernel would import debugpy (0.15 s per kernel, and a thread if the server imported it);
     # nothing in grading talks to it.
     sys.modules["debugpy"] = None
-    sys.argv = ["-c", "-f", request["connection_file"], "--HistoryManager.hist_file=:memory:"]
+    sys.argv = ["-c", "-f", request["connection_file"], "--HistoryManager.hist_file=:memory:",   # KERNEL_OPTIONS of
+                "--InteractiveShell.automagic=False", "--InteractiveShell.autocall=0"]         # sandbox_kernel.py
     sys.path[0] = ""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):

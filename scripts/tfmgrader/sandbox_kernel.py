@@ -86,6 +86,11 @@ sys.argv[0] = 'ipykernel_launcher'
 runpy.run_module('ipykernel_launcher', run_name='__main__', alter_sys=True)
 """ % {"mark": AUDIT_MARK, "watch": WATCH_ENV, "own": OWN_ENV, "fd": FD_ENV}
 
+#: The kernel's IPython: no history file; no automagic and no autocall, which would run a line the scan reads as
+#: Python (``run -m operator``, ``f [1]``) as a magic or a call (forkserver_inside.py passes the same).
+KERNEL_OPTIONS = ["--HistoryManager.hist_file=:memory:", "--InteractiveShell.automagic=False",
+                  "--InteractiveShell.autocall=0"]
+
 KERNEL_UIDS = (200_000, 4_194_304)   # each kernel its own unprivileged uid (and gid), from this range
 
 
@@ -157,7 +162,7 @@ def bwrap_command(connection_file: str, workdir: str, audit_fd: int = 2, scratch
         cmd += ["/usr/bin/setpriv", f"--reuid={kernel_uid()}", f"--regid={kernel_uid()}", "--clear-groups",
                 "--inh-caps=-all", "--bounding-set=-all"]
     cmd += ["/usr/bin/prlimit"] + [f"--{name}={value}" for name, value in kernel_limits().items()] + ["--"]
-    cmd += [sys.executable, "-c", AUDIT_LAUNCHER, "-f", connection_file, "--HistoryManager.hist_file=:memory:"]
+    cmd += [sys.executable, "-c", AUDIT_LAUNCHER, "-f", connection_file, *KERNEL_OPTIONS]
     return cmd
 
 
@@ -255,7 +260,7 @@ def unsandboxed(connection_file: str, workdir: str) -> None:
            FD_ENV: str(open_audit_log(connection_file)), "PWD": workdir}
     log_to_private_folder(connection_file)
     os.execve(sys.executable, [sys.executable, "-c", AUDIT_LAUNCHER, "-f", connection_file,
-                               "--HistoryManager.hist_file=:memory:"], env)
+                               *KERNEL_OPTIONS], env)
 
 
 def read_regular(path, limit: int) -> tuple[bytes, str]:

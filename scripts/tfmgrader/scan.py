@@ -104,6 +104,11 @@ def reachable_attribute_names() -> frozenset[str]:
         raise _policy.PolicyError(f"cannot read {REACHABLE_NAMES}: {err}") from err
 
 
+#: Names IPython puts in the notebook's namespace: an answer never binds them, not even in a branch that never runs
+#: (the kernel would then still read IPython's ``get_ipython`` where the scan sees the answer's own).
+IPYTHON_NAMES = {"get_ipython", "In", "Out", "exit", "quit", "_ih", "_oh", "_dh", "_i", "_ii", "_iii", "_", "__",
+                 "___", "display"}
+
 ALLOWED_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module", "torch.autograd.Function",
                  "torch.autograd.function.Function"}
 ALLOWED_DUNDER_DEFS = {"__init__", "__call__", "__repr__"}
@@ -422,6 +427,25 @@ def _only_new_instances(function, name, classes) -> bool:
     return found
 
 
+def binding_count(trees, name) -> int:
+    """How many places in the answer bind ``name``, in any scope: a class is the answer's own object only where
+    its definition is the one binding of its name (never rebound, redefined, imported over or declared global)."""
+    count = 0
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, (ast.Store, ast.Del)):
+                count += 1
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+                count += 1
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                count += sum((a.asname or a.name.split(".")[0]) == name for a in node.names)
+            elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name == name:
+                count += 1
+            elif isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+                count += 2          # whatever it then binds, the name is no longer the definition's alone
+    return count
+
+
 def class_members(trees) -> dict[str, dict[str, str]]:
     """``{class: {name: 'plain' | 'static' | 'class' | 'value'}}`` for the answer's top-level classes: what each
     binds in its body (methods by kind, properties as 'plain'), its own classes' members included."""
@@ -723,6 +747,10 @@ class _Checker(ast.NodeVisitor):
             self._check_store_name(node, name)
             return
         where = self.resolve(name)
+        if self.stack[-1].kind == "class" and self.stack[-1].names.get(name) == "def" and where == "local" \
+                and not self.annotation_depth:
+            self.flag(node, f"reads the method '{name}' in its class body (a method reached without its instance "
+                            f"runs with any self); define each method once and call it on an instance")
         if name in self.ctx.learner_classes and where == "module" and id(node) not in self.class_name_ok \
                 and not self.annotation_depth:
             self.flag(node, f"uses the class '{name}' as a value; create instances ('{name}(...)'), use its "
@@ -785,7 +813,9 @@ class _Checker(ast.NodeVisitor):
             self.flag(node, f"binds the dunder name '{name}'")
         if self.stack[-1].kind != "module" and name not in self.stack[-1].declared_global:
             return          # a local of the learner's own function or class
-        if name in self.ctx.protected and not (what and self.ctx.protected[name] == what):
+        if name in IPYTHON_NAMES:
+            self.flag(node, f"binds '{name}', a name IPython gives the notebook; choose another name")
+        elif name in self.ctx.protected and not (what and self.ctx.protected[name] == what):
             self.flag(node, f"rebinds '{name}', which the notebook's read-only cells define")
         elif name in dir(builtins):
             self.flag(node, f"rebinds the built-in '{name}' for the whole notebook, tests included; "
@@ -932,6 +962,9 @@ class _Checker(ast.NodeVisitor):
                     and (node.args.posonlyargs + node.args.args)[0].arg == base.id):
                 return False
             decorators = {ast.unparse(d) for d in node.decorator_list}
+            positional = node.args.posonlyargs + node.args.args
+            if len(node.args.defaults) >= len(positional):
+                return False        # a default for self: the method runs without an instance
             rebound = any(isinstance(n, ast.Name) and n.id == base.id and isinstance(n.ctx, (ast.Store, ast.Del))
                           for n in ast.walk(node))
             return decorators <= {"property", "classmethod"} and not rebound
@@ -1057,7 +1090,7 @@ def scan_cells(learner: dict[int, str], setup: list[str], tests: list[str], grad
     ctx = _Context(_names_of(setup), _names_of(tests), learner_top, set(graded_names))
     ctx.learner_attributes = own_attributes(trees.values())
     ctx.class_members = class_members(trees.values())
-    ctx.learner_classes = set(ctx.class_members)
+    ctx.learner_classes = {name for name in ctx.class_members if binding_count(trees.values(), name) == 1}
     for index, tree in trees.items():
         checker = _Checker(index, ctx, tables[index])
         checker.run(tree)
