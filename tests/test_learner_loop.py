@@ -66,14 +66,8 @@ def fresh_kernel(cells):
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread, as in the grading kernel: these small tensors run ten times faster than with a pool of
-    threads that wait for each other on a shared machine."""
-    import torch
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def one_thread(one_torch_thread):
+    """One torch thread, as in the grading kernel (conftest.one_torch_thread)."""
 
 
 @pytest.mark.parametrize("assignment", sorted(set(ASSIGNMENT.values())))
