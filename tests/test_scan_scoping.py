@@ -130,6 +130,11 @@ def test_the_fixtures_scopes_all_match():
     ("class A:\n    def m(self):\n        return 1\n    m_ = m\n", "reads the method 'm' in its class body"),
     ("class A:\n    def m(self):\n        return 1\n    p = property(m)\n", "reads the method 'm'"),
     ("class A:\n    _k = 1\n    def m(self=torch.zeros(1)):\n        return self._k\n", "not provably your own"),
+    # round 3: IPython's output cache (_4 is what cell 4 displayed) bound as a class; attribute names as strings
+    ("class _4:\n    sys = None\n", "a name IPython gives the notebook"),
+    ("class _i12:\n    pass\n", "a name IPython gives the notebook"),
+    ("import functools\ndef f(x):\n    return functools.wraps(x, assigned=('_BASELINE',))(f)", "attribute names"),
+    ("import functools\ndef f(x):\n    return functools.update_wrapper(f, x, ('sys',))", "attribute names"),
     # the names a route out would use are never the answer's to claim (modules', IPython shell's)
     ("class Names:\n    user_ns = None\n\ndef f(x, shell=None):\n    return shell.user_ns", "not provably your own"),
     ("class Names:\n    setprofile = None\n\ndef f(x, s=None):\n    return s.setprofile", "not provably your own"),
@@ -163,6 +168,9 @@ def test_a_defined_name_that_library_objects_offer_is_refused_with_a_way_out():
     "    return n(x) if isinstance(n, Norm) else print(type(n), type(x) is torch.Tensor)",
     "class HeadLayout:\n    def __init__(self, d):\n        self.d = d\n    def merge(self, y):\n        return y * self.d\n"
     "def f(x):\n    layout = HeadLayout(2)\n    return layout.merge(x)",
+    "import functools\ndef deco(g):\n    @functools.wraps(g)\n    def inner(x):\n        return g(x)\n    return inner\n"
+    "@deco\ndef f(x):\n    return x * 2",
+    "for _ in range(2):\n    pass\nb, _, d = torch.ones(2, 3, 4).shape\n",
     "class Acc:\n    _count_so_far = 0\n    @classmethod\n    def bump(cls):\n        return cls._count_so_far + 1\n"
     "def f(x):\n    return x * Acc.bump() * Acc()._count_so_far",
 ])

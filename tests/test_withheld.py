@@ -44,6 +44,8 @@ def test_the_graded_kernel_holds_no_course_implementation(tmp_path):
         "import tfmcheck.checking as check\nprint('library:', check._TFMLIB_DIR, 'decides:', not check._recording_only())",
         "import os\nprint('files:', sorted(os.listdir(os.path.dirname(check.__file__) + '/feedback')))",
         "run -moperator",        # no automagic: this is Python (a NameError), never IPython's %run (round 2, R7)
+        "41 + 1",
+        "print('cached:', [k for k in globals() if k.lstrip('_i').isdigit()])",   # no output cache (round 3)
     ], tmp_path)
     out = [text_of(c) for c in nb.cells]
     assert "Error" in out[0] and "Error" in out[1], out[:2]
@@ -51,6 +53,7 @@ def test_the_graded_kernel_holds_no_course_implementation(tmp_path):
     assert "library: None decides: False" in out[3], out[3]
     assert "families.py" not in out[4] and "__init__.py" in out[4], out[4]
     assert "NameError" in out[5], out[5]
+    assert "cached: []" in out[7], out[7]
 
 
 def test_a_wrong_answer_is_named_by_the_replay(tmp_path):

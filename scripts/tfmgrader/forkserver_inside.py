@@ -186,7 +186,8 @@ def run_kernel(request: dict) -> None:
     # nothing in grading talks to it.
     sys.modules["debugpy"] = None
     sys.argv = ["-c", "-f", request["connection_file"], "--HistoryManager.hist_file=:memory:",   # KERNEL_OPTIONS of
-                "--InteractiveShell.automagic=False", "--InteractiveShell.autocall=0"]         # sandbox_kernel.py
+                "--InteractiveShell.automagic=False", "--InteractiveShell.autocall=0",         # sandbox_kernel.py
+                "--InteractiveShell.cache_size=0"]
     sys.path[0] = ""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):

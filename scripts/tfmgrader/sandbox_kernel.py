@@ -87,9 +87,10 @@ runpy.run_module('ipykernel_launcher', run_name='__main__', alter_sys=True)
 """ % {"mark": AUDIT_MARK, "watch": WATCH_ENV, "own": OWN_ENV, "fd": FD_ENV}
 
 #: The kernel's IPython: no history file; no automagic and no autocall, which would run a line the scan reads as
-#: Python (``run -m operator``, ``f [1]``) as a magic or a call (forkserver_inside.py passes the same).
+#: Python (``run -m operator``, ``f [1]``) as a magic or a call; no output cache (``_5``: what cell 5 displayed)
+#: (forkserver_inside.py passes the same).
 KERNEL_OPTIONS = ["--HistoryManager.hist_file=:memory:", "--InteractiveShell.automagic=False",
-                  "--InteractiveShell.autocall=0"]
+                  "--InteractiveShell.autocall=0", "--InteractiveShell.cache_size=0"]
 
 KERNEL_UIDS = (200_000, 4_194_304)   # each kernel its own unprivileged uid (and gid), from this range
 

@@ -107,7 +107,15 @@ def reachable_attribute_names() -> frozenset[str]:
 #: Names IPython puts in the notebook's namespace: an answer never binds them, not even in a branch that never runs
 #: (the kernel would then still read IPython's ``get_ipython`` where the scan sees the answer's own).
 IPYTHON_NAMES = {"get_ipython", "In", "Out", "exit", "quit", "_ih", "_oh", "_dh", "_i", "_ii", "_iii", "_", "__",
-                 "___", "display"}
+                 "___", "display", "_exit_code"}
+#: ... and the ones it writes after each cell: ``_5`` (what cell 5 displayed), ``_i5`` (its input), ``_ii`` ...
+_IPYTHON_WRITES = re.compile(r"_+\d*|_i+\d*")
+
+
+def is_ipython_name(name: str) -> bool:
+    """A name IPython binds in the notebook's namespace, now or after a later cell; not ``_``, every loop's
+    throw-away name (the graded kernel keeps no output cache, so IPython's ``_`` never holds an output there)."""
+    return name != "_" and (name in IPYTHON_NAMES or _IPYTHON_WRITES.fullmatch(name) is not None)
 
 ALLOWED_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module", "torch.autograd.Function",
                  "torch.autograd.function.Function"}
@@ -722,7 +730,19 @@ class _Checker(ast.NodeVisitor):
             self._check_attr_name(node, a.name, f"{module}.{a.name}", module_root=True)
             self._check_store_name(node, *_imported(a, module))
 
+    def _callee(self, func) -> str | None:
+        """The dotted name a call's function is, when it comes from an allowed module ('functools.wraps')."""
+        if isinstance(func, ast.Attribute):
+            return self._dotted(func)
+        what = self._binding(func.id) if isinstance(func, ast.Name) else ""
+        return what[7:] if what.startswith("import:") else None
+
     def visit_Call(self, node):
+        callee = self._callee(node.func)
+        if callee in ("functools.wraps", "functools.update_wrapper") and \
+                (node.keywords or len(node.args) > (1 if callee.endswith("wraps") else 2)):
+            self.flag(node, f"passes attribute names to {callee} (it reads and sets attributes named by strings); "
+                            f"use it with the wrapped function alone")
         # type(x) with one argument only reads a type (printing it while exploring is common); the
         # three-argument form builds a class and stays flagged.
         if isinstance(node.func, ast.Name) and node.func.id == "type" and len(node.args) == 1 \
@@ -813,7 +833,7 @@ class _Checker(ast.NodeVisitor):
             self.flag(node, f"binds the dunder name '{name}'")
         if self.stack[-1].kind != "module" and name not in self.stack[-1].declared_global:
             return          # a local of the learner's own function or class
-        if name in IPYTHON_NAMES:
+        if is_ipython_name(name):
             self.flag(node, f"binds '{name}', a name IPython gives the notebook; choose another name")
         elif name in self.ctx.protected and not (what and self.ctx.protected[name] == what):
             self.flag(node, f"rebinds '{name}', which the notebook's read-only cells define")
