@@ -72,9 +72,10 @@ def headless_chromium(window: str, timeout_s: float, profile: str, logging: bool
 # 270, test_exercises 180, test_grading_scale 130; the rest under 90 s each.  `make test` hands whole files to two
 # workers in collection order (pytest-xdist's --dist loadfile --no-loadscope-reorder): started first, the long
 # files run beside each other and beside the many short ones, and no worker is left with a long file at the end.
-LONGEST_FIRST = ["test_grading.py", "test_site.py", "test_selfcheck.py", "test_exercises.py", "test_hub.py",
-                 "test_grading_scale.py", "test_orphans.py", "test_forkserver.py", "test_lab.py",
-                 "test_submission_files.py", "test_memory_check.py", "test_feedback.py"]
+LONGEST_FIRST = ["test_grading.py", "test_site.py", "test_hub.py", "test_exercises.py", "test_selfcheck.py",
+                 "test_grading_scale.py", "test_verdicts.py", "test_memory_check.py", "test_learner_loop.py",
+                 "test_orphans.py", "test_forkserver.py", "test_lab.py", "test_closure.py",
+                 "test_instructor_walkthrough.py", "test_withheld.py", "test_submission_files.py", "test_feedback.py"]
 
 
 def pytest_collection_modifyitems(config, items):

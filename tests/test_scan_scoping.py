@@ -67,11 +67,11 @@ def test_every_scope_is_matched_to_pythons_symbol_table(code):
     """The scan's tree walk and CPython's symbol table agree on every scope, in the same order."""
     tree = ast.parse(code)
     tables = scan.symbol_tables(tree, code)
-    scopes = [n for n in ast.walk(tree) if isinstance(n, scan._SCOPES)]
+    scopes = [n for n in ast.walk(tree) if isinstance(n, scan.SCOPES)]
     assert len(tables) == len(scopes) + 1
     for node in scopes:
         table = tables[id(node)]
-        assert (table.get_name(), table.get_lineno()) == (scan._scope_name(node), node.lineno)
+        assert (table.get_name(), table.get_lineno()) == (scan.scope_name(node), node.lineno)
         own = {a.arg for a in getattr(getattr(node, "args", None), "args", [])}
         assert own <= {s.get_name() for s in table.get_symbols() if s.is_parameter()}
 

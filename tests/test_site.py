@@ -334,10 +334,10 @@ def test_sidebar_lists_the_toc_in_order(browser, server):
     # The landing page comes first (home_page_in_navbar), then every page of the toc in its order.
     assert shown == ALL_PAGES, f"sidebar order differs from {TOC.name}:\n{shown}\n!=\n{ALL_PAGES}"
     assert captions == TOC_CAPTIONS
-    # The chapters are numbered 1..8 in the order of the notes.
+    # The chapters are numbered 1..9: the notes' order, then chapter 9 putting the pieces together.
     titles = [text for (href, text), doc in zip(links, shown) if doc in CHAPTERS]
-    assert len(titles) == len(CHAPTERS) == 8, titles
-    assert [t.split(".")[0] for t in titles] == [str(i) for i in range(1, 9)], titles
+    assert len(titles) == len(CHAPTERS) == 9, titles
+    assert [t.split(".")[0] for t in titles] == [str(i) for i in range(1, 10)], titles
 
 
 def test_search_finds_attention(browser, server):

@@ -45,7 +45,7 @@ def test_the_graded_kernel_holds_no_course_implementation(tmp_path):
         "import os\nprint('files:', sorted(os.listdir(os.path.dirname(check.__file__) + '/feedback')))",
         "run -moperator",        # no automagic: this is Python (a NameError), never IPython's %run (round 2, R7)
         "41 + 1",
-        "print('cached:', [k for k in globals() if k.lstrip('_i').isdigit()])",   # no output cache (round 3)
+        "print('cached:', [k for k in globals() if k.lstrip('_').isdigit()])",   # no output cache (round 3)
     ], tmp_path)
     out = [text_of(c) for c in nb.cells]
     assert "Error" in out[0] and "Error" in out[1], out[:2]

@@ -49,7 +49,9 @@ def _audit(event, args, _write=os.write, _fd=_fd0, _ident=(_st0.st_dev, _st0.st_
            _exit=os._exit, _abspath=os.path.abspath, _sep=os.sep, _mark=%(mark)r,
            _watch=tuple(w for w in os.environ.pop(%(watch)r, '').split(os.pathsep) if w),
            _own=tuple(w for w in os.environ.pop(%(own)r, '').split(os.pathsep) if w),
-           _frame=sys._getframe, _guard=os.sep + os.path.join('tfmcheck', 'checking.py')):
+           _frame=sys._getframe, _guard=os.sep + os.path.join('tfmcheck', 'checking.py'),
+           _installed=tuple({os.path.join(q, '') for p in (sys.prefix, sys.base_prefix)
+                             for q in (p, os.path.realpath(p))})):
     try:
         if event == 'open' and isinstance(args[0], (str, bytes)):
             p = _abspath(args[0] if isinstance(args[0], str) else args[0].decode(errors='replace'))
@@ -63,8 +65,9 @@ def _audit(event, args, _write=os.write, _fd=_fd0, _ident=(_st0.st_dev, _st0.st_
                        'os.forkpty', 'pty.spawn'):
             what = 'start a process (' + event + ' ' + repr(args[0])[:120] + ')'
         elif event in ('sys.setprofile', 'sys.settrace'):
-            if _frame(1).f_code.co_filename.endswith(_guard):
-                return      # tfmcheck.checking's own guard against library shortcuts, on and off
+            caller = _frame(1).f_code.co_filename
+            if caller.endswith(_guard) or caller.startswith(_installed):
+                return      # tfmcheck.checking's guard against shortcuts, or the installation's own code (ipykernel)
             what = 'switch the check for library shortcuts off (' + event + ')'
         elif event == 'sqlite3.connect' and args and str(args[0]) != ':memory:':
             what = 'opened the SQLite database ' + str(args[0])[:200]

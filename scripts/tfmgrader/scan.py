@@ -148,7 +148,7 @@ def parse(src: str) -> ast.Module:
 
 
 # --- what names a piece of code binds ---------------------------------------------------------------------
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
+SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
            ast.DictComp, ast.GeneratorExp)
 
 
@@ -265,7 +265,7 @@ class ScopeError(ValueError):
     """The syntax tree's scopes and the symbol table's could not be matched: the cell is not checked (flagged)."""
 
 
-def _scope_name(node) -> str:
+def scope_name(node) -> str:
     if isinstance(node, ast.Lambda):
         return "lambda"
     return _COMPREHENSION_NAMES.get(type(node)) or node.name
@@ -312,7 +312,7 @@ def _child_scopes(node) -> list:
     found = []
 
     def walk(n):
-        if isinstance(n, _SCOPES):
+        if isinstance(n, SCOPES):
             for part in _outer_parts(n):
                 walk(part)
             found.append(n)
@@ -345,8 +345,8 @@ def symbol_tables(tree: ast.Module, source: str) -> dict[int, "symtable.SymbolTa
         if len(children) != len(nodes):
             raise ScopeError(f"{len(nodes)} scopes in the code, {len(children)} in Python's symbol table")
         for child_node, child_table in zip(nodes, children):
-            if (_scope_name(child_node), child_node.lineno) != (child_table.get_name(), child_table.get_lineno()):
-                raise ScopeError(f"the scope {_scope_name(child_node)!r} at line {child_node.lineno} does not "
+            if (scope_name(child_node), child_node.lineno) != (child_table.get_name(), child_table.get_lineno()):
+                raise ScopeError(f"the scope {scope_name(child_node)!r} at line {child_node.lineno} does not "
                                  f"match Python's symbol table")
             tables[id(child_node)] = child_table
             pending.append((child_node, child_table))
