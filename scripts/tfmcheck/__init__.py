@@ -13,3 +13,6 @@ It imports torch, the standard library and the teaching library ``tfmlib``; neve
 # without importing PyTorch.
 TRACE_ENV = "TFMLIB_GRADING_TRACE"
 TRACE_NAME = ".tfmlib-grading-trace.jsonl"
+# The secret the grader draws for each notebook it grades, from which the tests' random inputs are derived
+# (``checking.input_seed``); the kernel reads it at import and removes it from its environment.
+SECRET_ENV = "TFMLIB_GRADING_SECRET"

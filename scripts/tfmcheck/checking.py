@@ -19,6 +19,9 @@ nor the references.
   ``assert_memory_below`` compares these with limits (blockwise attention must never build the full ``(Tq, Tk)``
   score matrix).
 
+- ``generator(n)`` / ``input_seed(n)``: where the hidden tests draw their inputs from: the seed ``n`` in self-study,
+  Validate and ``make check``; when graded, a seed derived from ``n`` and a secret the grader draws for each grading
+  run, so that the published hidden tests cannot be answered from a table of their inputs.
 - When a notebook is graded, ``call`` and ``peak_memory`` record each result in the learner's kernel, where the
   checks then decide nothing (``_recording_only``; the feedback catalogue and tfmlib are not even there:
   ``tfmcheck.withheld``), and the grader replays the test cells on those records in its own process
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import hashlib
 import math
 import os
 import sys
@@ -43,6 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tfmcheck import SECRET_ENV as _SECRET_ENV
 from tfmcheck import trace as _trace
 
 # ---------------------------------------------------------------------------------------------------------
@@ -757,10 +762,43 @@ def unpack(name, result, n):
 # ---------------------------------------------------------------------------------------------------------
 def begin_test(cell_id):
     """Called by the grader before each test cell: names the cell for the trace and reseeds the global
-    generators, so that the cell builds the same inputs whatever the learner's code did before it."""
+    generators (from the cell's name and the grading secret, ``input_seed``), so that the cell builds the same
+    inputs in the kernel and in the replay whatever the learner's code did before it."""
     if _MODE is not None:
         _MODE.begin(cell_id)
-    seed(zlib.crc32(str(cell_id).encode()))
+    seed(input_seed(zlib.crc32(str(cell_id).encode())))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The tests' random inputs: from a secret the grader draws for each grading run
+# ---------------------------------------------------------------------------------------------------------
+#: The secret of this grading run: from the kernel's environment (``SECRET_ENV``, set by the grader), or given to
+#: ``recording`` / ``replay``; None outside grading.  It only decides inputs that the learner's functions receive
+#: as arguments anyway, so it needs no hiding inside the kernel: what matters is that it is unknown beforehand.
+_SECRET = None
+IN_PROCESS_SECRET = "in-process"    # the default of ``recording`` and ``replay`` (tests in one process)
+
+
+def input_seed(n):
+    """The seed a test builds its random inputs from: ``n`` itself in self-study, Validate and ``make check`` (so
+    the results a learner sees are reproducible), and when the notebook is graded a 63-bit number derived from
+    ``n`` and the secret the grader drew for this grading run, the same in the learner's kernel and in the
+    grader's replay.  The hidden tests' inputs are then unknown until the notebook is graded: tests published
+    with the course cannot be answered from a table of recorded inputs and outputs."""
+    if _type(n) is not int:
+        raise TypeError(f"input_seed takes an int, not {_type(n).__qualname__} (test bug)")
+    if _MODE is None:
+        return n
+    if not _SECRET:     # graded without the grader's secret: fail, never fall back to the published seeds
+        raise CheckFailure("this notebook is being graded, but the grader gave its kernel no secret for the "
+                           "tests' inputs: the tests cannot run (report this to the instructor)")
+    return int.from_bytes(hashlib.sha256(f"{_SECRET}:{n}".encode()).digest()[:8], "big") >> 1
+
+
+def generator(n):
+    """A ``torch.Generator`` seeded with ``input_seed(n)``: ``n`` in self-study, a secret seed when graded.  The
+    hidden tests draw their inputs from it; visible tests keep literal seeds (``torch.Generator().manual_seed``)."""
+    return torch.Generator().manual_seed(input_seed(n))
 
 
 @contextlib.contextmanager
@@ -773,15 +811,31 @@ def _mode(new):
         _MODE = previous
 
 
-def replay(records, outside_held=None):
+@contextlib.contextmanager
+def _secret(value):
+    global _SECRET
+    previous, _SECRET = _SECRET, value
+    try:
+        yield
+    finally:
+        _SECRET = previous
+
+
+@contextlib.contextmanager
+def replay(records, outside_held=None, secret=IN_PROCESS_SECRET):
     """Context manager of the grader: ``call`` and ``peak_memory`` serve ``records`` instead of running code;
-    ``outside_held`` ({test cell: bytes}) is the memory the grader saw the kernel hold during a test cell."""
-    return _mode(_trace.Replayer(records, outside_held))
+    ``outside_held`` ({test cell: bytes}) is the memory the grader saw the kernel hold during a test cell;
+    ``secret`` is the one the grader gave the kernel that recorded them (``input_seed``)."""
+    with _secret(secret), _mode(_trace.Replayer(records, outside_held)) as new:
+        yield new
 
 
-def recording(path):
-    """Context manager: ``call`` and ``peak_memory`` record to the trace file ``path``, as in a graded kernel."""
-    return _mode(_trace.Recorder(str(path)))
+@contextlib.contextmanager
+def recording(path, secret=IN_PROCESS_SECRET):
+    """Context manager: ``call`` and ``peak_memory`` record to the trace file ``path``, as in a graded kernel
+    whose grading secret is ``secret``."""
+    with _secret(secret), _mode(_trace.Recorder(str(path))) as new:
+        yield new
 
 
 
@@ -796,6 +850,7 @@ memory_baseline()
 _MODE = None
 if os.environ.get(_trace.TRACE_ENV):
     _MODE = _trace.Recorder(os.environ[_trace.TRACE_ENV])
+    _SECRET = os.environ.pop(_SECRET_ENV, None)           # the grading run's secret (input_seed)
     from tfmcheck.withheld import WITHHELD
     ref.rope = ref.fit_chinchilla = WITHHELD            # the course library's references: not in this kernel
     ref.grouped_query_attention = lambda *args, **kwargs: (WITHHELD, (WITHHELD, WITHHELD))

@@ -19,8 +19,10 @@ Each adds what it saw to the report of the submission (``report.NotebookReport``
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -36,7 +38,7 @@ from nbgrader.preprocessors import ClearHiddenTests, Execute, NbGraderPreprocess
 from nbgrader.utils import is_grade, is_locked, is_solution
 from traitlets import Bool, Float, Integer, List, Unicode
 
-from tfmcheck import TRACE_NAME
+from tfmcheck import SECRET_ENV, TRACE_NAME
 from tfmgrader.forkserver import ForkServer, ForkServerError, enabled as forkserver_enabled
 from tfmgrader.kernelspec import KERNEL_NAME, write_kernelspec
 from tfmgrader.library_view import VIEW_ENV, exported_view
@@ -254,6 +256,10 @@ class SandboxedExecute(Execute):
         # One view of the course packages for every process of the kernel (library_view.py): the grader's own.
         env = {WATCH_ENV: os.pathsep.join(sorted(watch)), OWNER_ENV: owner_tag(self._course_root(workdir)),
                VIEW_ENV: exported_view()}
+        # The tests' random inputs come from a secret drawn now, for this notebook (checking.input_seed): given to
+        # the kernel through its environment and to the replay (VerifyOutside) through the resources.
+        env[SECRET_ENV] = secret = secrets.token_hex(16)
+        record(self.report_directory, resources, inputs_secret=hashlib.sha256(secret.encode()).hexdigest()[:12])
         self._server = self._fork_server(env[WATCH_ENV], env[OWNER_ENV]) if sandboxed else None
         if self._server is not None:    # a kernel forked from this process's warm server (forkserver.py)
             self._private = self._server.new_folder()
@@ -273,6 +279,7 @@ class SandboxedExecute(Execute):
         try:
             nb, resources = super().preprocess(nb, resources, km)
             resources["tfmlib_outside_memory"] = outside
+            resources["tfmlib_secret"] = secret
             attempts = audit_reports(self._private / "audit.log")
             # The sandboxed kernel worked in a private copy of workdir ("work", see sandbox_kernel.py); the
             # trace is read from there, as data, whatever the kernel left in its place (link, FIFO, ...).
@@ -533,7 +540,11 @@ class VerifyOutside(NbGraderPreprocessor):
         records, problems = trace.loads(data)
         problems = ([f"the grading trace was tampered with: {problem}"] if problem else []) + problems
         (workdir / TRACE_NAME).unlink(missing_ok=True)
-        verdicts = replay(cells, records, problems, resources.pop("tfmlib_outside_memory", None))
+        secret = resources.pop("tfmlib_secret", None)
+        if not secret:      # the kernel had none either (its tests failed): the replay fails every call with it
+            problems.append("the notebook was run without a grading secret for its tests' inputs")
+            secret = secrets.token_hex(16)
+        verdicts = replay(cells, records, problems, resources.pop("tfmlib_outside_memory", None), secret=secret)
         for cell in nb.cells:
             gid = cell.metadata.get("nbgrader", {}).get("grade_id")
             if cell.cell_type != "code" or gid not in verdicts.passed:

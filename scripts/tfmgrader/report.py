@@ -56,6 +56,7 @@ class NotebookReport:
     withheld: list[str] = field(default_factory=list)      # files submitted beside the notebook and withheld
     stray_files: list[str] = field(default_factory=list)   # files listed only (checkpoints, data)
     setup_error: str = ""                   # a read-only setup cell failed before any learner code ran
+    inputs_secret: str = ""                 # sha256 prefix of the secret the tests' inputs came from (one per run)
 
     def problems(self) -> list[str]:
         """Everything that flags the submission, in the order it is reported."""

@@ -26,7 +26,7 @@ import stat
 import sys
 from pathlib import Path
 
-from tfmcheck import TRACE_ENV, TRACE_NAME
+from tfmcheck import SECRET_ENV, TRACE_ENV, TRACE_NAME
 from tfmgrader.library_view import grader_view, library_folder, library_folders
 from tfmgrader.lifetime import die_with_grader
 from tfmgrader.limits import limit
@@ -184,10 +184,12 @@ def base_env() -> dict[str, str]:
 
 
 def kernel_env(workdir: str, audit_fd: int) -> dict[str, str]:
-    """The kernel's environment: ``base_env`` and where it records results and reports what it opens."""
+    """The kernel's environment: ``base_env``, where it records results and reports what it opens, and the
+    secret its tests' inputs come from (``SECRET_ENV``, drawn by ``SandboxedExecute``; without it they fail)."""
+    secret = {SECRET_ENV: os.environ[SECRET_ENV]} if os.environ.get(SECRET_ENV) else {}
     return {**base_env(),
             TRACE_ENV: os.path.join(workdir, TRACE_NAME),   # tfmcheck.checking records the learner's results here
-            OWN_ENV: own_folders(workdir), FD_ENV: str(audit_fd)}
+            OWN_ENV: own_folders(workdir), FD_ENV: str(audit_fd), **secret}
 
 
 def sandbox_command(env: dict[str, str]) -> list[str]:
