@@ -220,7 +220,7 @@ def test_a_table_of_the_published_tests_fails_every_graded_cell(table, tmp_path,
 @pytest.mark.parametrize("path", ["grade.py", "nbgrader"])
 def test_both_grading_paths_draw_hidden_inputs_from_a_secret(table, tmp_path, path):
     """Graded for real: the table attack scores 0 of 11 (every test cell has a hidden part), the worked solution 11
-    of 11, status graded.  Through nbgrader, graded twice: two secrets (their digests in the report), one score."""
+    of 11.  Through nbgrader, graded twice: two secrets (their digests in the report), one score."""
     import nbformat
     from nbgrader.api import Gradebook
 
@@ -249,7 +249,8 @@ def test_both_grading_paths_draw_hidden_inputs_from_a_secret(table, tmp_path, pa
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         with open(tmp_path / "grading" / A / "grades.csv") as f:
             rows = {r["student_id"]: r for r in csv.DictReader(f)}
-        assert rows["ada"]["status"] == "graded", rows
+        # the worked solution verbatim: flagged as a copy of solutions/ at most, never for its tests
+        assert rows["ada"]["status"] == "graded" or "simil" in rows["ada"]["reason"], rows["ada"]
         assert scores() == {"table": (0, 11), "ada": (11, 11)}, (scores(), rows)
         return
     graded = autograde(tmp_path, env, A)

@@ -622,10 +622,8 @@ def _malloc_gives_back_large_blocks():
     where the process still holds them, so the memory held would depend on what ran before (a test's reference, an
     earlier answer) rather than on what the learner's function keeps.  No-op where there is no glibc."""
     import ctypes
-    import ctypes.util
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+    try:    # the process's own symbols (libc's among them): ctypes.util.find_library would start ldconfig and gcc,
+        mallopt = ctypes.CDLL(None).mallopt     # which the graded kernel's audit hook reports (a flagged submission)
     except (OSError, AttributeError):
         return
     m_trim_threshold, m_mmap_threshold = -1, -3
