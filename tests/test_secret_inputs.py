@@ -217,10 +217,10 @@ def test_a_table_of_the_published_tests_fails_every_graded_cell(table, tmp_path,
 # --- both grading paths ----------------------------------------------------------------------------------
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", ["grade.py", "nbgrader"])
-def test_both_grading_paths_draw_hidden_inputs_from_a_secret(table, tmp_path, path):
-    """Graded for real: the table attack scores 0 of 11 (every test cell has a hidden part), the worked solution 11
-    of 11.  Through nbgrader, graded twice: two secrets (their digests in the report), one score."""
+def test_both_grading_paths_draw_hidden_inputs_from_a_secret(table, tmp_path):
+    """Graded for real, by ``scripts/grade.py`` and then by plain ``nbgrader autograde``: the table attack scores 0 of
+    11 on both (every test cell has a hidden part), the worked solution 11 of 11 on both, with two secrets (their
+    digests in the report) and one score."""
     import nbformat
     from nbgrader.api import Gradebook
 
@@ -239,24 +239,21 @@ def test_both_grading_paths_draw_hidden_inputs_from_a_secret(table, tmp_path, pa
         with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gb:
             return {s: (gb.find_submission(A, s).score, gb.find_submission(A, s).max_score) for s in ("table", "ada")}
 
-    def secret_of(student):
-        report = json.loads((tmp_path / "reports" / A / f"{student}.json").read_text())
-        return [nb["inputs_secret"] for nb in report.values()]
+    def secrets_used():
+        reports = [json.loads((tmp_path / "reports" / A / f"{s}.json").read_text()) for s in ("table", "ada")]
+        return [nb["inputs_secret"] for report in reports for nb in report.values()]
 
-    if path == "grade.py":
-        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), A, "--course", str(tmp_path)],
-                              env=env, capture_output=True, text=True, timeout=1800)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        with open(tmp_path / "grading" / A / "grades.csv") as f:
-            rows = {r["student_id"]: r for r in csv.DictReader(f)}
-        # the worked solution verbatim: flagged as a copy of solutions/ at most, never for its tests
-        assert rows["ada"]["status"] == "graded" or "simil" in rows["ada"]["reason"], rows["ada"]
-        assert scores() == {"table": (0, 11), "ada": (11, 11)}, (scores(), rows)
-        return
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), A, "--course", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(tmp_path / "grading" / A / "grades.csv") as f:
+        rows = {r["student_id"]: r for r in csv.DictReader(f)}
+    # the worked solution verbatim: flagged as a copy of solutions/ at most, never for its tests
+    assert rows["ada"]["status"] == "graded" or "simil" in rows["ada"]["reason"], rows["ada"]
+    assert scores() == {"table": (0, 11), "ada": (11, 11)}, (scores(), rows)
+    first = secrets_used()
     graded = autograde(tmp_path, env, A)
     assert scores() == {"table": (0, 11), "ada": (11, 11)}, graded["_log"]
-    first = secret_of("ada")
-    autograde(tmp_path, env, A)
-    second = secret_of("ada")
-    assert scores()["ada"] == (11, 11)
-    assert len(first) == len(second) == 1 and first != second and all(len(s) == 12 for s in first + second)
+    second = secrets_used()
+    assert len(first) == len(second) == 2 and all(len(s) == 12 for s in first + second), (first, second)
+    assert len(set(first + second)) == 4, "a secret was used twice: one per notebook and grading run"
