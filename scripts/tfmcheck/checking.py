@@ -357,8 +357,9 @@ def functions_of(obj):
 
 #: group name -> (built-in names that must not be called, Python functions whose code must not run),
 #: resolved from ``SHORTCUT_POLICY`` when this module is imported (before any learner code runs).
-SHORTCUTS = {group: (frozenset(names), _tuple(f for path in paths for f in functions_of(resolve_dotted(path))))
-             for group, (names, paths) in SHORTCUT_POLICY.items()}
+SHORTCUTS = types.MappingProxyType(
+    {group: (frozenset(names), _tuple(f for path in paths for f in functions_of(resolve_dotted(path))))
+     for group, (names, paths) in SHORTCUT_POLICY.items()})
 
 
 def shortcut_names():
