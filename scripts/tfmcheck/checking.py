@@ -618,11 +618,9 @@ def _malloc_gives_back_large_blocks():
     where the process still holds them, so the memory held would depend on what ran before (a test's reference, an
     earlier answer) rather than on what the learner's function keeps.  No-op where there is no glibc."""
     import ctypes
-    import ctypes.util
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+        mallopt = ctypes.CDLL(None).mallopt     # the process's own symbols (no ctypes.util: it starts programs)
+    except (OSError, AttributeError, TypeError):
         return
     m_trim_threshold, m_mmap_threshold = -1, -3
     mallopt(m_mmap_threshold, 128 * 1024)
