@@ -9,6 +9,17 @@ Two things JupyterLab, Jupytext and nbgrader do not do by themselves:
   writes a text notebook only when a cell's type or source (or Jupytext's own settings, e.g. pairing) differs
   from the file on disk: opening and running a chapter never touches it; editing a cell and saving is the
   learner's choice and is written.
+- **Chapters show their glued numbers.**  The book's prose writes a measured number as myst_nb's
+  ``{glue:text}`name:.2f```, which no JupyterLab renderer knows.  On its way to the Lab a chapter's Markdown cells
+  say ``{eval}`glued("name:.2f")``` instead: jupyterlab-myst (which renders the cells' MyST: admonitions,
+  citations, math) evaluates that inline expression in the kernel when the cell runs, and ``glued`` (defined by
+  kernel_startup.py) formats the value the chapter glued under that name as the book does.  On the way back
+  (save) the role is written as it was, and jupyterlab-myst's record of the results (the cells'
+  ``user_expressions`` metadata) is left out, so the file stays what the book builds.
+- **A chapter just opened is not "modified".**  JupyterLab writes the kernel's name and language into a
+  notebook's metadata when the kernel starts, and a change marks the tab with the unsaved "●".  A text notebook
+  is handed to the Lab with the metadata the kernel will report (its kernel spec's display name, ipykernel's
+  language_info), so nothing changes until the learner does something.
 - **Validate answers on every notebook.**  nbgrader's Validate button sits in every notebook's toolbar.  On a
   chapter or any notebook without nbgrader cells it now answers with one sentence saying what it validates
   (instead of a ``NotJSONError`` traceback); on an exercise, a failed test shows the named mistake first, then
@@ -19,6 +30,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import traceback
 from pathlib import Path
 
@@ -36,23 +48,82 @@ NOT_AN_EXERCISE = ("Validate checks the course's exercises (notebooks/NN_name/NN
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Chapters: no write unless a cell changed
+# Chapters: glued numbers as inline expressions in the Lab, no write unless a cell changed
 # --------------------------------------------------------------------------------------------------------------
+# A role's content is myst_nb's "name" or "name:format"; quotes, backslashes and backticks are left alone (the
+# chapters have none), so each rewrite is undone exactly by the other.
+GLUE_ROLE = re.compile(r"\{glue:text\}`([^`\"\\\n]+)`")
+GLUED_EXPRESSION = re.compile(r"\{eval\}`glued\(\"([^`\"\\\n]+)\"\)`")
+
+
+def glue_to_eval(source: str) -> str:
+    """The Lab's view of a chapter's Markdown: each ``{glue:text}`role``` as ``{eval}`glued("role")```."""
+    return GLUE_ROLE.sub(lambda m: '{eval}`glued("%s")`' % m[1], source)
+
+
+def eval_to_glue(source: str) -> str:
+    """The file's text again: each ``{eval}`glued("role")``` as ``{glue:text}`role```."""
+    return GLUED_EXPRESSION.sub(lambda m: "{glue:text}`%s`" % m[1], source)
+
+
+def _text(source) -> str:
+    return "".join(source) if isinstance(source, list) else source
+
+
+def _is_text_notebook(model, path) -> bool:
+    return model.get("type") == "notebook" and model.get("content") is not None and not path.endswith(".ipynb")
+
+
 def _edits(notebook) -> tuple:
     """What a learner changes on purpose: the (type, source) of each cell, and Jupytext's own settings (pairing,
     filters; chosen in its menu).  Outputs, the kernel's details and other metadata are left out."""
-    cells = [(c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"])
-             for c in notebook["cells"]]
+    cells = [(c["cell_type"], _text(c["source"])) for c in notebook["cells"]]
     settings = {k: v for k, v in notebook.get("metadata", {}).get("jupytext", {}).items() if k != "text_representation"}
     return cells, settings
 
 
 class ChapterKeepingContentsManager(build_async_jupytext_contents_manager_class(AsyncLargeFileManager)):
-    """Jupytext's contents manager that does not rewrite a text notebook whose cells are unchanged."""
+    """Jupytext's contents manager that shows a text notebook's glued numbers as inline expressions and does not
+    rewrite it when its cells are unchanged."""
+
+    async def get(self, path, content=True, type=None, format=None, **kwargs):
+        """Jupytext's model; in a text notebook (a chapter), the Markdown cells' glue roles as expressions."""
+        model = await super().get(path, content=content, type=type, format=format, **kwargs)
+        if _is_text_notebook(model, path.strip("/")):
+            self._as_the_kernel_reports(model["content"]["metadata"])
+            for cell in model["content"]["cells"]:
+                if cell["cell_type"] == "markdown":
+                    cell["source"] = glue_to_eval(_text(cell["source"]))
+        return model
+
+    def _as_the_kernel_reports(self, metadata) -> None:
+        """Fill in ``kernelspec`` and ``language_info`` as JupyterLab will once the kernel has started (the same
+        values leave the notebook unmodified).  A kernel other than ipykernel's is left to the Lab."""
+        spec = metadata.get("kernelspec") or {}
+        try:
+            manager = getattr(self.parent, "kernel_spec_manager", None)
+            if manager is None:
+                from jupyter_client.kernelspec import KernelSpecManager
+                manager = KernelSpecManager()
+            found = manager.get_kernel_spec(spec.get("name", "python3"))
+        except Exception:  # no such kernel here: the Lab asks the learner to choose one
+            return
+        if found.language != "python" or "ipykernel" not in " ".join(found.argv):
+            return
+        from ipykernel.ipkernel import IPythonKernel
+        metadata["kernelspec"] = {"name": spec.get("name", "python3"), "display_name": found.display_name,
+                                  "language": found.language}
+        metadata["language_info"] = json.loads(json.dumps(IPythonKernel.language_info))
 
     async def save(self, model, path=""):
-        """Save as Jupytext does, except a text notebook (a chapter) whose cells equal the file's: left alone."""
+        """Save as Jupytext does, except a text notebook (a chapter) whose cells equal the file's: left alone.
+        A text notebook's expressions go back to glue roles, without jupyterlab-myst's results."""
         path = path.strip("/")
+        if _is_text_notebook(model, path):
+            for cell in model["content"]["cells"]:
+                if cell["cell_type"] == "markdown":
+                    cell["source"] = eval_to_glue(_text(cell["source"]))
+                    cell.get("metadata", {}).pop("user_expressions", None)
         if await self._unchanged_text_notebook(model, path):
             self.log.info("%s: no cell changed, the file is left as it is", path)
             return await self.get(path, content=False)
@@ -60,12 +131,12 @@ class ChapterKeepingContentsManager(build_async_jupytext_contents_manager_class(
 
     async def _unchanged_text_notebook(self, model, path) -> bool:
         """True for a notebook model of an existing non-.ipynb file whose cells are those of the file."""
-        if model.get("type") != "notebook" or model.get("content") is None or path.endswith(".ipynb"):
+        if not _is_text_notebook(model, path):
             return False
         if not await self.file_exists(path):
             return False
         try:
-            on_disk = await self.get(path, content=True, type="notebook")
+            on_disk = await super().get(path, content=True, type="notebook")  # the file's roles
         except Exception:  # an unreadable file: let Jupytext's save decide and report
             return False
         return _edits(on_disk["content"]) == _edits(model["content"])
