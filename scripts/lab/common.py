@@ -42,6 +42,9 @@ def configure(c, instructor: bool, hub: bool = False):
     # from the listing only: a path typed in full still opens.
     hidden = ["_build", "*.egg-info", "artifacts", ".pytest_cache"] + ([] if instructor else ["solutions"])
     c.ContentsManager.hide_globs = ["__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "*.so", "*.dylib", *hidden]
+    # The course's CSS (scripts/lab/custom/custom.css, put first on the custom path by course_lab): Validate's
+    # answer on a chapter reads as the sentence it is, not as an error.
+    c.LabApp.custom_css = True
     # nbgrader's server extensions: Validate for everyone, served by course_lab (nbgrader's handler, plus a
     # sentence on chapters and the named mistake first on failures); the instructor's tools only for instructors.
     c.ServerApp.jpserver_extensions = {

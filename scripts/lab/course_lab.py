@@ -23,7 +23,9 @@ Two things JupyterLab, Jupytext and nbgrader do not do by themselves:
 - **Validate answers on every notebook.**  nbgrader's Validate button sits in every notebook's toolbar.  On a
   chapter or any notebook without nbgrader cells it now answers with one sentence saying what it validates
   (instead of a ``NotJSONError`` traceback); on an exercise, a failed test shows the named mistake first, then
-  the test cell and the traceback.  (Hiding the button on chapters would need a JupyterLab front-end extension:
+  the test cell and the traceback.  nbgrader's dialog heads that sentence with "There was an error running the
+  validate command:"; the course's custom.css (served from scripts/lab/custom/) hides that heading, so the
+  learner reads the sentence alone.  (Hiding the button on chapters would need a JupyterLab front-end extension:
   nothing in a chapter's panel tells it from an exercise's to CSS or settings.)
 """
 from __future__ import annotations
@@ -201,9 +203,11 @@ class CourseValidateHandler(ValidateAssignmentHandler):
 
 
 def _load_jupyter_server_extension(app):
-    """Serve Validate (nbgrader's two URLs) with ``CourseValidateHandler``."""
+    """Serve Validate (nbgrader's two URLs) with ``CourseValidateHandler``, and the course's custom.css."""
     from jupyter_server.utils import url_path_join
     base = app.web_app.settings["base_url"]
+    # JupyterLab's /custom/ handler searches this list (the same object, whichever extension loads first)
+    app.web_app.settings["static_custom_path"].insert(0, str(Path(__file__).resolve().parent / "custom"))
     app.web_app.settings["root_dir"] = app.root_dir
     app.web_app.add_handlers(".*$", [(url_path_join(base, r"/assignments/validate"), CourseValidateHandler),
                                      (url_path_join(base, r"/nbgrader_version"), NbGraderVersionHandler)])
