@@ -309,6 +309,13 @@ def test_learner_loop_in_jupyterlab(lab, browser):
     ui.shot("chapter_opened")
     ui.assert_quiet()
     assert ui.js(ACTIVE + "return p.querySelectorAll('.jp-CodeCell').length;") > 10
+    # its MyST rendered by jupyterlab-myst (issue 35): the admonition as a titled box, citations as the site labels them
+    assert "(Vaswani et al., 2017)" in ui.prose("three wishes"), ui.prose("three wishes")
+    box = ACTIVE + ("const c = [...p.querySelectorAll('.jp-MarkdownCell')].find(c => c.textContent.includes("
+                    "'What the notes say')); c.scrollIntoView(); const t = c.querySelector("
+                    "'.myst aside.myst-admonition .myst-admonition-header-text'); return t && t.textContent;")
+    assert ui.wait(lambda: ui.js(box), "the admonition's box") == "What the notes say — what we measured"
+    ui.shot("chapter_admonition")
     browser.find_element(By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt").click()
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.keys import Keys
@@ -358,6 +365,7 @@ def test_a_chapter_opened_and_run_is_left_as_it_is(lab, browser):
     assert not ui.dirty(), "a chapter just opened shows the unsaved mark"
     # its MyST is rendered (jupyterlab-myst): no raw roles; the glued numbers show once the cells have run
     assert "{glue:text}" not in ui.prose(VARIANCES) and "{cite}" not in ui.prose(VARIANCES)
+    assert "(Ba et al., 2016)" in ui.prose(VARIANCES), ui.prose(VARIANCES)
     assert 'glued("ch3_var_4:.1f")' in ui.prose(VARIANCES), ui.prose(VARIANCES)
 
     ui.run_all(timeout=900)

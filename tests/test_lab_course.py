@@ -1,7 +1,8 @@
 """scripts/lab/course_lab.py without a server or a browser (issue 20): a chapter saved with unchanged cells is not
 written, an edited one is; Validate tells exercises from other notebooks and puts the named mistake first.
-Issue 35: a chapter's glue roles reach the Lab as inline expressions and go back to the file exactly, with the
-kernel's metadata up front; kernel_startup.py's ``glued`` formats as the book does.
+Issue 35: a chapter's glue roles reach the Lab as inline expressions, its citations as author-year links, and go
+back to the file exactly, with the kernel's metadata up front; kernel_startup.py's ``glued`` formats as the book
+does.
 The browser test in test_lab.py plays the same in a real JupyterLab."""
 from __future__ import annotations
 
@@ -108,13 +109,25 @@ def test_the_named_mistake_comes_before_the_test_and_the_traceback():
 # --------------------------------------------------------------------------------------------------------------
 # Issue 35: the glued numbers as jupyterlab-myst's inline expressions in the Lab, the kernel's metadata up front
 # --------------------------------------------------------------------------------------------------------------
-def test_every_chapters_glue_roles_become_expressions_and_back_exactly():
+def test_every_chapters_glue_and_cite_roles_become_what_the_lab_shows_and_back_exactly():
+    import re
+    labels = course_lab.citation_labels(REPO / "book" / "references.bib")
+    assert labels["vaswani2017attention"] == ("Vaswani et al.", "2017") and labels["dao2022flashattention"][0] == "Dao et al."
     for chapter in sorted((REPO / "book").glob("*.md")):
         text = chapter.read_text(encoding="utf-8")
-        lab = course_lab.glue_to_eval(text)
+        lab = course_lab.cite_to_link(course_lab.glue_to_eval(text), labels)
         assert "{glue:text}" not in lab, f"{chapter.name}: a glue role the Lab would show raw"
         assert lab.count('{eval}`glued("') == text.count("{glue:text}")
-        assert course_lab.eval_to_glue(lab) == text, chapter.name
+        # every citation is a link; what is left of the role sits only in the link's title
+        roles = len(re.findall(r"\{cite(:[pt])?\}`", text))
+        assert lab.count('](appendix/references.md "{cite') == roles, chapter.name
+        assert len(re.findall(r'(?<!")\{cite(:[pt])?\}`', lab)) == 0, chapter.name
+        assert course_lab.link_to_cite(course_lab.eval_to_glue(lab)) == text, chapter.name
+    assert course_lab.cite_to_link("{cite:t}`vaswani2017attention` and {cite:p}`bahdanau2015neural,luong2015effective`",
+                                   labels) == (
+        '[Vaswani et al. (2017)](appendix/references.md "{cite:t}`vaswani2017attention`") and '
+        '[(Bahdanau et al., 2015; Luong et al., 2015)](appendix/references.md '
+        '"{cite:p}`bahdanau2015neural,luong2015effective`")')
 
 
 def test_a_chapter_in_the_lab_says_glued_and_is_saved_with_its_roles(manager, tmp_path):

@@ -15,7 +15,9 @@ Two things JupyterLab, Jupytext and nbgrader do not do by themselves:
   citations, math) evaluates that inline expression in the kernel when the cell runs, and ``glued`` (defined by
   kernel_startup.py) formats the value the chapter glued under that name as the book does.  On the way back
   (save) the role is written as it was, and jupyterlab-myst's record of the results (the cells'
-  ``user_expressions`` metadata) is left out, so the file stays what the book builds.
+  ``user_expressions`` metadata) is left out, so the file stays what the book builds.  Citations likewise: a
+  ``{cite:t}`key``` role shows as "Author et al. (2017)", a link to the references page (jupyterlab-myst has no
+  bibliography and would show the bare key), and is written back as the role.
 - **A chapter just opened is not "modified".**  JupyterLab writes the kernel's name and language into a
   notebook's metadata when the kernel starts, and a change marks the tab with the unsaved "●".  A text notebook
   is handed to the Lab with the metadata the kernel will report (its kernel spec's display name, ipykernel's
@@ -68,6 +70,49 @@ def eval_to_glue(source: str) -> str:
     return GLUED_EXPRESSION.sub(lambda m: "{glue:text}`%s`" % m[1], source)
 
 
+# Citations: jupyterlab-myst has no bibliography, so ``{cite:t}`key``` would show the bare key.  In the Lab the role
+# becomes a link to the references page labelled as the site labels it (author-year); the role itself rides in
+# the link's title, which gives it back exactly on save.
+CITE_ROLE = re.compile(r"\{cite(?::(p|t))?\}`([^`\"\n]+)`")
+CITE_LINK = re.compile(r'\[[^\]\n]*\]\(appendix/references\.md "(\{cite(?::[pt])?\}`[^`"\n]+`)"\)')
+
+
+def citation_labels(bibfile: Path) -> dict:
+    """key -> (authors, year) as the site's author-year labels have them: "Vaswani et al.", "Press and Lewis"."""
+    import latexcodec  # noqa: F401  (registers the "latex" codec)
+    from pybtex.database import parse_file
+
+    def last(person):
+        return re.sub(r"[{}]", "", " ".join(person.last_names).encode().decode("latex"))
+
+    labels = {}
+    for key, entry in parse_file(str(bibfile)).entries.items():
+        people = [last(p) for p in entry.persons.get("author", [])]
+        names = people[0] if len(people) == 1 else " and ".join(people) if len(people) == 2 else f"{people[0]} et al."
+        labels[key] = (names, entry.fields.get("year", ""))
+    return labels
+
+
+def cite_to_link(source: str, labels: dict) -> str:
+    """Each ``{cite}``/``{cite:p}`` as "(Author et al., 2017)" and ``{cite:t}`` as "Author et al. (2017)", a link to
+    the references page; a role with a key the bibliography lacks is left as it is."""
+    def link(m):
+        keys = [k.strip() for k in m[2].split(",")]
+        if not all(k in labels for k in keys):
+            return m[0]
+        if m[1] == "t":
+            text = "; ".join(f"{labels[k][0]} ({labels[k][1]})" for k in keys)
+        else:
+            text = "(" + "; ".join(f"{labels[k][0]}, {labels[k][1]}" for k in keys) + ")"
+        return f'[{text}](appendix/references.md "{m[0]}")'
+    return CITE_ROLE.sub(link, source)
+
+
+def link_to_cite(source: str) -> str:
+    """The file's text again: each citation link as the role in its title."""
+    return CITE_LINK.sub(lambda m: m[1], source)
+
+
 def _text(source) -> str:
     return "".join(source) if isinstance(source, list) else source
 
@@ -93,10 +138,21 @@ class ChapterKeepingContentsManager(build_async_jupytext_contents_manager_class(
         model = await super().get(path, content=content, type=type, format=format, **kwargs)
         if _is_text_notebook(model, path.strip("/")):
             self._as_the_kernel_reports(model["content"]["metadata"])
+            labels = self._citation_labels(path.strip("/"))
             for cell in model["content"]["cells"]:
                 if cell["cell_type"] == "markdown":
-                    cell["source"] = glue_to_eval(_text(cell["source"]))
+                    cell["source"] = cite_to_link(glue_to_eval(_text(cell["source"])), labels)
         return model
+
+    def _citation_labels(self, path) -> dict:
+        """The labels of the references.bib beside the text notebook (the chapters'), or none."""
+        bib = Path(self.root_dir) / path
+        bib = bib.parent / "references.bib"
+        try:
+            return citation_labels(bib) if (bib.parent / "appendix" / "references.md").is_file() else {}
+        except Exception as err:  # no or a broken bibliography: the roles stay as they are
+            self.log.warning("%s: citations left as roles (%s)", bib, err)
+            return {}
 
     def _as_the_kernel_reports(self, metadata) -> None:
         """Fill in ``kernelspec`` and ``language_info`` as JupyterLab will once the kernel has started (the same
@@ -124,7 +180,7 @@ class ChapterKeepingContentsManager(build_async_jupytext_contents_manager_class(
         if _is_text_notebook(model, path):
             for cell in model["content"]["cells"]:
                 if cell["cell_type"] == "markdown":
-                    cell["source"] = eval_to_glue(_text(cell["source"]))
+                    cell["source"] = link_to_cite(eval_to_glue(_text(cell["source"])))
                     cell.get("metadata", {}).pop("user_expressions", None)
         if await self._unchanged_text_notebook(model, path):
             self.log.info("%s: no cell changed, the file is left as it is", path)
