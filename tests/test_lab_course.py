@@ -159,7 +159,7 @@ def test_a_chapter_comes_with_the_metadata_its_kernel_will_report(manager):
     assert meta["language_info"] == IPythonKernel.language_info
 
 
-def test_the_kernels_glued_formats_as_the_book_does():
+def test_the_kernels_glued_formats_as_the_book_does(tmp_path):
     """kernel_startup.py in an IPython shell: what myst_nb's glue stores, formatted as {glue:text} does."""
     import subprocess
     script = f"""
@@ -174,8 +174,18 @@ try:
 except KeyError as err:
     print(err)
 """
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO)
+    import os
+    env = dict(os.environ, JPY_SESSION_NAME=str(REPO / "book" / CHAPTER))  # a chapter's kernel in the Lab
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert lines[-2] == str(["0.12", "1.2e-01", "511", "511.4", "ab"]), out.stdout
     assert "nothing is glued under 'missing' yet: run the cells above this one first" in lines[-1], out.stdout
+    # an exercise's kernel, or a Python outside the Lab's notebooks: nothing defined, the learner's own startup runs
+    theirs = tmp_path / "their_startup.py"
+    theirs.write_text("mine = 42\n")
+    for session in ("notebooks/03_self_attention/03_self_attention.ipynb", ""):
+        env = dict(os.environ, JPY_SESSION_NAME=session, COURSE_PYTHONSTARTUP=str(theirs))
+        check = script.split("shell.run_cell")[0] + "print(sorted(k for k in ('glued', 'mine') if k in shell.user_ns))"
+        out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+        assert out.stdout.strip().splitlines()[-1] == "['mine']", (session, out.stdout, out.stderr)
