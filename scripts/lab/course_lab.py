@@ -1,6 +1,6 @@
 """The course's own pieces of `make lab` / `make lab-instructor` (loaded by common.py).
 
-Two things JupyterLab, Jupytext and nbgrader do not do by themselves:
+What JupyterLab, Jupytext and nbgrader do not do by themselves:
 
 - **Chapters stay as they are.**  book/*.md open as Jupytext notebooks.  JupyterLab marks a notebook modified as
   soon as its kernel starts (it records the kernel in the notebook's metadata) and autosaves it two minutes
@@ -146,10 +146,11 @@ class ChapterKeepingContentsManager(build_async_jupytext_contents_manager_class(
 
     def _citation_labels(self, path) -> dict:
         """The labels of the references.bib beside the text notebook (the chapters'), or none."""
-        bib = Path(self.root_dir) / path
-        bib = bib.parent / "references.bib"
+        bib = (Path(self.root_dir) / path).parent / "references.bib"
+        if not (bib.is_file() and (bib.parent / "appendix" / "references.md").is_file()):
+            return {}
         try:
-            return citation_labels(bib) if (bib.parent / "appendix" / "references.md").is_file() else {}
+            return citation_labels(bib)
         except Exception as err:  # no or a broken bibliography: the roles stay as they are
             self.log.warning("%s: citations left as roles (%s)", bib, err)
             return {}
