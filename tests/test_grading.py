@@ -882,8 +882,12 @@ def test_one_report_layout_refreshed_from_the_gradebook(tmp_path, monkeypatch):
     from tfmgrader import verdicts
     from tfmgrader.report import FIELDS, NotebookReport, Status, SubmissionReport, refresh, render, write_report
     tests = [{"notebook": "a1.ipynb", "test": "test_f", "score": 2.0, "max_score": 3.0}]
+    import contextlib
+
+    import nbgrader.api
     monkeypatch.setattr(verdicts, "mark", lambda *args: None)       # the gradebook's flag: tested with a gradebook
-    monkeypatch.setattr(reports, "gradebook_scores", lambda db, a, s: (2.0, 5.0, tests))
+    monkeypatch.setattr(nbgrader.api, "Gradebook", contextlib.nullcontext)
+    monkeypatch.setattr(reports, "gradebook_scores", lambda db, a, s, gb=None: (2.0, 5.0, tests))
     db = f"sqlite:///{tmp_path / 'gradebook.db'}"
     findings = SubmissionReport({"a1.ipynb": NotebookReport(flags=["cell 3, line 2: rebinds '_ref'"],
                                                             stray_files=["data.csv"])})

@@ -26,7 +26,9 @@ import types
 
 import torch
 
-_type, _FunctionType, _len, _range, _tuple = builtins.type, types.FunctionType, builtins.len, builtins.range, builtins.tuple
+_type, _FunctionType, _range, _tuple = builtins.type, types.FunctionType, builtins.range, builtins.tuple
+_dict, _str = builtins.dict, builtins.str
+_dict_get, _dict_items, _dict_set = dict.get, dict.items, dict.__setitem__
 _sqrt, _inf = math.sqrt, math.inf
 _softmax, _tanh, _stack, _arange, _ones = torch.softmax, torch.tanh, torch.stack, torch.arange, torch.ones
 _float64, _bool = torch.float64, torch.bool
@@ -129,7 +131,7 @@ assert set(_MAKERS) == {d for deps in DEPENDS.values() for d in deps}
 def _dependent(fn, names):
     """The dependent graded function ``fn`` is (bound under its name in its namespace ``names``), or None."""
     for dependent in DEPENDS:
-        if names.get(dependent) is fn:
+        if _dict_get(names, dependent) is fn:
             return dependent
     return None
 
@@ -140,9 +142,12 @@ def standing_in(fn):
     trusted stand-in, switched on; yields the stand-ins (for the shortcut guard's ``allow``).  Afterwards every
     binding is as it was and the stand-ins raise.  Nothing is replaced when ``fn`` is not a plain function bound
     under a dependent's name, or when it is itself one of its dependencies."""
+    # Only the dict's own methods touch the namespace, and only its string keys: no learner code runs here, outside
+    # the shortcut guard (a dict subclass, a key with its own __hash__ or __eq__ is left alone).
     names = fn.__globals__ if _type(fn) is _FunctionType else None
+    names = names if _type(names) is _dict else None
     dependent = _dependent(fn, names) if names is not None else None
-    originals = [names.get(d) for d in DEPENDS[dependent]] if dependent else []
+    originals = [_dict_get(names, d) for d in DEPENDS[dependent]] if dependent else []
     if dependent is None or any(o is fn for o in originals):
         yield ()
         return
@@ -152,12 +157,12 @@ def standing_in(fn):
             continue
         stand_in = _MAKERS[name](on)
         made.append(stand_in)
-        for key in [k for k, value in names.items() if value is original]:     # its name and every alias
+        for key in [k for k, value in _dict_items(names) if value is original and _type(k) is _str]:  # and aliases
             replaced.append((key, original))
-            names[key] = stand_in
+            _dict_set(names, key, stand_in)
     try:
         yield _tuple(made)
     finally:
         on[0] = False
         for key, original in replaced:
-            names[key] = original
+            _dict_set(names, key, original)

@@ -161,27 +161,30 @@ def report_folder_of(course: Path, assignment: str) -> Path:
     return Path(course) / "grading" / assignment / "reports"
 
 
-def gradebook_scores(db_url: str, assignment: str, student: str) -> tuple[float, float, list[dict]]:
-    """(score, max score, ``[{notebook, test, score, max_score}]``) of the submission in the gradebook; the test
-    rows in notebook order (none when the submission is not in the gradebook: an invalid notebook)."""
+def gradebook_scores(db_url: str, assignment: str, student: str, gb=None) -> tuple[float, float, list[dict]]:
+    """(score, max score, ``[{notebook, test, score, max_score}]``) of the submission in the gradebook (``gb``, an
+    open ``nbgrader.api.Gradebook``, or the one at ``db_url``); the test rows in notebook order (none when the
+    submission is not in the gradebook: an invalid notebook)."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    with Gradebook(db_url) as gb:
+    if gb is None:
+        with Gradebook(db_url) as gb:
+            return gradebook_scores(db_url, assignment, student, gb)
+    try:
+        submission = gb.find_submission(assignment, student)
+        max_score = gb.find_assignment(assignment).max_score
+    except MissingEntry:
         try:
-            submission = gb.find_submission(assignment, student)
-            max_score = gb.find_assignment(assignment).max_score
+            return 0.0, gb.find_assignment(assignment).max_score, []
         except MissingEntry:
-            try:
-                return 0.0, gb.find_assignment(assignment).max_score, []
-            except MissingEntry:
-                return 0.0, 0.0, []
-        tests = []
-        for nb in sorted(submission.notebooks, key=lambda n: n.name):
-            order = {c.name: i for i, c in enumerate(nb.notebook.source_cells)} if nb.notebook else {}
-            for grade in sorted(nb.grades, key=lambda g: (order.get(g.name, len(order)), g.name)):
-                tests.append({"notebook": nb.name, "test": grade.name, "score": round(float(grade.score or 0), 2),
-                              "max_score": float(grade.max_score or 0)})
-        return round(float(submission.score or 0), 2), float(max_score), tests
+            return 0.0, 0.0, []
+    tests = []
+    for nb in sorted(submission.notebooks, key=lambda n: n.name):
+        order = {c.name: i for i, c in enumerate(nb.notebook.source_cells)} if nb.notebook else {}
+        for grade in sorted(nb.grades, key=lambda g: (order.get(g.name, len(order)), g.name)):
+            tests.append({"notebook": nb.name, "test": grade.name, "score": round(float(grade.score or 0), 2),
+                          "max_score": float(grade.max_score or 0)})
+    return round(float(submission.score or 0), 2), float(max_score), tests
 
 
 def render(assignment: str, student: str, *, status, reason: str, score: float, max_score: float, tests: list[dict],
@@ -249,25 +252,34 @@ def refresh(folder: Path, db_url: str, assignment: str, students: list[str] | No
     """Bring the reports in ``folder`` up to date with the gradebook: each test's score (an instructor's manual
     grade included), the total, and the verdict's status, reason and copy suspicion (``verdicts.py``).  What the
     grading run found (files, notes, how it ran) stays.  Returns the students whose report was rewritten."""
+    from nbgrader.api import Gradebook
+
     from tfmgrader import verdicts
 
     found = verdicts.load(db_url, assignment)
     done = []
-    for path in sorted(Path(folder).glob("*.json")):
-        try:
-            report = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        student = report.get("student_id")
-        if not isinstance(report, dict) or list(report) != FIELDS or report.get("assignment") != assignment \
-                or (students is not None and student not in students):
-            continue
-        verdict = found.get((assignment, student))
-        if verdict is not None:
-            report.update(status=verdict["status"] or report["status"], reason=verdict["reason"],
-                          similar_to=verdict["similar_to"], similarity=verdict["similarity"])
-        if report["status"] not in (str(Status.INVALID), str(Status.CRASHED)):     # else not scored: 0, as graded
-            report["score"], report["max_score"], report["tests"] = gradebook_scores(db_url, assignment, student)
-        write_report(folder, report)
-        done.append(student)
+    with Gradebook(db_url) as gb:
+        for path in sorted(Path(folder).glob("*.json")):
+            if _refresh_one(path, db_url, assignment, students, found, gb):
+                done.append(path.stem)
     return done
+
+
+def _refresh_one(path: Path, db_url: str, assignment: str, students, found: dict, gb) -> bool:
+    """``refresh`` of one report file; False when it is not a report of ``assignment`` to refresh."""
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(report, dict) or list(report) != FIELDS or report.get("assignment") != assignment \
+            or (students is not None and report.get("student_id") not in students):
+        return False
+    student = report["student_id"]
+    verdict = found.get((assignment, student))
+    if verdict is not None:
+        report.update(status=verdict["status"] or report["status"], reason=verdict["reason"],
+                      similar_to=verdict["similar_to"], similarity=verdict["similarity"])
+    if report["status"] not in (str(Status.INVALID), str(Status.CRASHED)):     # else not scored: 0, as graded
+        report["score"], report["max_score"], report["tests"] = gradebook_scores(db_url, assignment, student, gb)
+    write_report(path.parent, report)
+    return True
