@@ -74,6 +74,16 @@ def test_the_stand_in_works_only_during_the_dependents_call():
     assert ns["scaled_dot_product_attention"] is mine and ns["attend"] is mine, "every binding is put back"
     with pytest.raises(RuntimeError, match="works only while a test calls"):
         stand_in(x, x, x)
+    # a dependency the learner never defined (or whose cell the scan withheld) is stood in for too, then unbound
+    del ns["scaled_dot_product_attention"], ns["attend"]
+    ns["self_attention"] = lambda *a: None      # not a dependent function: nothing is bound
+    with standing_in(ns["self_attention"]) as made:
+        assert made == () and "scaled_dot_product_attention" not in ns
+    exec("def self_attention(x, W_q, W_k, W_v, mask=None):\n"
+         "    return scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask)\n", ns)
+    out, _ = check.call(ns["self_attention"], x, w, w, w, forbid=("tfmlib", "sdpa"))
+    assert torch.allclose(out, expected) and "scaled_dot_product_attention" not in ns
+    ns["scaled_dot_product_attention"] = mine
     # the dependency's own test: no stand-in, even when the dependency is also bound as the dependent's name
     ns["self_attention"] = mine
     with standing_in(mine) as made:

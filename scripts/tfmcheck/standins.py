@@ -5,8 +5,9 @@ call, by a trusted stand-in.  A wrong ``scaled_dot_product_attention`` then cost
 so a failure of the dependent function still says which function to fix first.
 
 ``check.call`` (``checking.py``) enters ``standing_in(fn)`` around the learner's call.  It binds a fresh stand-in to
-every name of the learner's namespace that holds the learner's dependency (its own name and any alias), and puts
-every binding back when the call returns or raises.
+every name of the learner's namespace that holds the learner's dependency (its own name and any alias; its own name
+only when the learner has none, e.g. a cell the scan withheld), and puts every binding back when the call returns or
+raises.
 
 What the graded kernel holds must be worth nothing to steal (issue 31: the expected values come from a replay
 outside the learner's process, ``tfmgrader/verify.py``).  A stand-in is therefore made for one call only and works
@@ -28,7 +29,8 @@ import torch
 
 _type, _FunctionType, _range, _tuple = builtins.type, types.FunctionType, builtins.range, builtins.tuple
 _dict, _str = builtins.dict, builtins.str
-_dict_get, _dict_items, _dict_set = dict.get, dict.items, dict.__setitem__
+_dict_get, _dict_items, _dict_set, _dict_pop = dict.get, dict.items, dict.__setitem__, dict.pop
+_MISSING = object()
 _sqrt, _inf = math.sqrt, math.inf
 _softmax, _tanh, _stack, _arange, _ones = torch.softmax, torch.tanh, torch.stack, torch.arange, torch.ones
 _float64, _bool = torch.float64, torch.bool
@@ -147,16 +149,18 @@ def standing_in(fn):
     names = fn.__globals__ if _type(fn) is _FunctionType else None
     names = names if _type(names) is _dict else None
     dependent = _dependent(fn, names) if names is not None else None
-    originals = [_dict_get(names, d) for d in DEPENDS[dependent]] if dependent else []
+    originals = [_dict_get(names, d, _MISSING) for d in DEPENDS[dependent]] if dependent else []
     if dependent is None or any(o is fn for o in originals):
         yield ()
         return
-    on, made, replaced = [True], [], []
+    on, made, replaced, added = [True], [], [], []
     for name, original in zip(DEPENDS[dependent], originals):
-        if original is None:
-            continue
         stand_in = _MAKERS[name](on)
         made.append(stand_in)
+        if original is _MISSING:     # never defined, or its cell withheld by the scan: the dependent still scores
+            added.append((name, stand_in))
+            _dict_set(names, name, stand_in)
+            continue
         for key in [k for k, value in _dict_items(names) if value is original and _type(k) is _str]:  # and aliases
             replaced.append((key, original))
             _dict_set(names, key, stand_in)
@@ -166,3 +170,6 @@ def standing_in(fn):
         on[0] = False
         for key, original in replaced:
             _dict_set(names, key, original)
+        for key, stand_in in added:
+            if _dict_get(names, key) is stand_in:
+                _dict_pop(names, key)
