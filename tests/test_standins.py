@@ -14,7 +14,7 @@ from test_verdicts import cells_of, graded
 
 from tfmcheck import checking as check
 from tfmcheck import feedback
-from tfmcheck.standins import DEPENDS, _MAKERS, standing_in
+from tfmcheck.standins import DEPENDS, STAND_INS, standing_in
 
 
 @pytest.fixture(autouse=True)
@@ -42,12 +42,12 @@ def inputs(name: str, g: torch.Generator, dtype=torch.float64):
             "apply_rope": (r(2, 3, 5, 8), torch.arange(4, 9))}[name]
 
 
-@pytest.mark.parametrize("name", sorted(_MAKERS))
+@pytest.mark.parametrize("name", sorted(STAND_INS))
 def test_each_stand_in_is_the_solution(name):
     """A stand-in computes what the course's solution computes (contracts of COURSE_PLAN.md)."""
     (assignment,) = {ASSIGNMENT[d] for d, deps in DEPENDS.items() if name in deps}
     solution = solution_functions(assignment)[name]
-    stand_in = _MAKERS[name]([True])
+    stand_in = STAND_INS[name]([True])
     args = inputs(name, torch.Generator().manual_seed(7))
     got, expected = stand_in(*args), solution(*args)
     for a, b in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):

@@ -124,10 +124,12 @@ def _apply_rope(on):
     return apply_rope
 
 
-_MAKERS = {"rnn_forward": _rnn_forward, "scaled_dot_product_attention": _scaled_dot_product_attention,
+#: dependency -> the factory of its stand-in: ``STAND_INS[name](on)`` works while ``on[0]`` is true.  (An answer cannot
+#: reach this module: the scan admits no import of the course's packages.)
+STAND_INS = {"rnn_forward": _rnn_forward, "scaled_dot_product_attention": _scaled_dot_product_attention,
            "split_heads": _split_heads, "merge_heads": _merge_heads, "padding_mask": _padding_mask,
            "layer_norm": _layer_norm, "apply_rope": _apply_rope}
-assert set(_MAKERS) == {d for deps in DEPENDS.values() for d in deps}
+assert set(STAND_INS) == {d for deps in DEPENDS.values() for d in deps}
 
 
 def _dependent(fn, names):
@@ -155,7 +157,7 @@ def standing_in(fn):
         return
     on, made, replaced, added = [True], [], [], []
     for name, original in zip(DEPENDS[dependent], originals):
-        stand_in = _MAKERS[name](on)
+        stand_in = STAND_INS[name](on)
         made.append(stand_in)
         if original is _MISSING:     # never defined, or its cell withheld by the scan: the dependent still scores
             added.append((name, stand_in))
