@@ -1,4 +1,5 @@
 """tfmcheck.checking: the trusted comparisons and the shortcut guard used by the graded exercises' tests."""
+import functools
 import sys
 
 import pytest
@@ -98,6 +99,10 @@ def _qkv():
     (lambda q, k, v: torch.nn.LayerNorm(4)(q), ("layer_norm",)),
     (lambda q, k, v: torch.layer_norm(q, (4,)), ("layer_norm",)),
     (lambda q, k, v: torch.nn.RNN(4, 5, batch_first=True)(q), ("rnn",)),
+    # built-ins called from C, where a profile hook sees no call: PyTorch's dispatch still does
+    (lambda q, k, v: functools.partial(F.scaled_dot_product_attention)(q, k, v), ("sdpa",)),
+    (lambda q, k, v: next(map(F.scaled_dot_product_attention, [q], [k], [v])), ("sdpa",)),
+    (lambda q, k, v: functools.partial(F.layer_norm, normalized_shape=(4,))(q), ("layer_norm",)),
 ])
 def test_forbidden_shortcuts_raise_write_your_own(shortcut, groups):
     q, k, v = _qkv()
@@ -129,7 +134,7 @@ def test_a_caught_shortcut_error_is_still_reported():
         try:
             return F.scaled_dot_product_attention(q, k, v)
         except Exception:
-            return F.scaled_dot_product_attention(q, k, v)  # the guard is gone after the first error
+            return q
 
     with pytest.raises(check.ShortcutError, match="and caught the error"):
         check.call(sneaky, forbid=("sdpa",))
@@ -138,6 +143,47 @@ def test_a_caught_shortcut_error_is_still_reported():
 def test_removing_the_profiler_is_reported():
     with pytest.raises(check.ShortcutError, match="sys.setprofile"):
         check.call(lambda: sys.setprofile(None), forbid=("sdpa",))
+
+
+def test_the_dispatch_guard_holds_without_the_profiler():
+    q, k, v = _qkv()
+
+    def profiler_off_then_shortcut():
+        sys.setprofile(None)
+        return functools.partial(F.scaled_dot_product_attention)(q, k, v)
+
+    with pytest.raises(check.ShortcutError, match="write your own"):
+        check.call(profiler_off_then_shortcut, forbid=("sdpa",))
+    assert torch._C._len_torch_function_stack() == 0
+
+
+class _PassThrough(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def _leave_a_mode_entered(q):
+    _PassThrough().__enter__()
+    return q + 1
+
+
+def _swap_the_guard_for_another_mode(q):
+    torch._C._pop_torch_function_stack()
+    _PassThrough().__enter__()
+    return F.scaled_dot_product_attention(q, q, q)
+
+
+@pytest.mark.parametrize("fn", [_leave_a_mode_entered, _swap_the_guard_for_another_mode])
+def test_changing_the_mode_stack_is_reported_and_undone(fn):
+    q, _, _ = _qkv()
+    with pytest.raises(check.ShortcutError, match="TorchFunctionMode"):
+        check.call(fn, q, forbid=("sdpa",))
+    assert torch._C._len_torch_function_stack() == 0
+
+
+def test_the_shortcut_policy_is_frozen():
+    names, functions = check.SHORTCUTS["sdpa"]
+    assert isinstance(names, frozenset) and isinstance(functions, tuple)
 
 
 def test_unknown_group_is_an_error():

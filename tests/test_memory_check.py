@@ -112,6 +112,30 @@ def blockwise_attention(q, k, v, block_size):
 # nothing is allocated during the call, so only the memory the process holds (held_bytes) sees it.
 BUFFER_BEFORE_CALL = (ROOT / "tests" / "fixtures" / "attacks" / "memory-buffer-before-call.ipy").read_text()
 
+# Tampering the scan refuses (it sets attributes of the checking module); graded with the scan off, only the grader's
+# measurement from outside the kernel is left to catch it (test_memory_held_is_also_measured_from_outside_the_kernel).
+REWRITES_THE_MEASURE = '''import math
+import torch
+
+
+class _Blind(torch.overrides.TorchFunctionMode):
+    """Stands for the checks' tensor counter and sees nothing."""
+    peak, where = 0, None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+check._PeakNumel = _Blind            # the largest tensor: never seen
+check._BASELINE = (10 ** 13, 0)      # the memory held: counted from an impossible baseline
+
+
+def blockwise_attention(q, k, v, block_size):
+    """The whole score matrix, in torch."""
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return torch.softmax(s, dim=-1) @ v
+'''
+
 # A full matrix in Python lists is measured by the tests of peak_memory below (list_scores), not through the test
 # cell: on its inputs (a 33,554,432-value score matrix) a Python loop over single scores runs for minutes.
 FULL = {"numpy": FULL_NUMPY, "numpy-in-place": FULL_IN_PLACE, "from-numpy": FULL_FROM_NUMPY,
@@ -433,3 +457,49 @@ def test_both_grading_paths_take_the_memory_points_from_full_matrix_answers(tmp_
         cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == MEMORY_TEST)
         text = "\n".join(o.get("evalue", "") + "".join(o.get("traceback", [])) for o in cell.outputs)
         assert MEASURED[student.removeprefix("mem-full-")] in text, (student, text[-2000:])
+
+
+@pytest.mark.slow
+def test_memory_held_is_also_measured_from_outside_the_kernel(tmp_path):
+    """Defence in depth: with the scan off, an answer that rewrites the kernel's own measurement (its tensor counter
+    and its baseline) and builds the full matrix still loses the memory points, because the grader samples the
+    kernel's memory from its own process while the test cell runs (tfmgrader.outside_memory); the worked solution
+    keeps them."""
+    import nbformat
+    from nbgrader.api import Gradebook
+
+    from conftest import require_bwrap
+    from test_grading import new_course
+    require_bwrap()
+    from fixtures.make_class import with_answers
+    from tfmgrader.notebooks import answered
+
+    a = "07_efficiency"
+    env = new_course(tmp_path, [a])
+    good = answered(nbformat.read(tmp_path / "notebooks" / a / f"{a}.ipynb", as_version=4),
+                    nbformat.read(tmp_path / "solutions" / a / f"{a}.ipynb", as_version=4))
+    subs = {"rewrites-measure": REWRITES_THE_MEASURE, "worked-solution": None}
+    for student, src in subs.items():
+        folder = tmp_path / "submitted" / student / a
+        folder.mkdir(parents=True)
+        nbformat.write(with_answers(good, {"blockwise": src}) if src else good, folder / f"{a}.ipynb")
+    cfg = tmp_path / "noscan.py"
+    cfg.write_text("c = get_config()\nc.ScanSubmission.enabled = False\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), a, "--course", str(tmp_path),
+                           "--extra-config", str(cfg)], env=env, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gb:
+        lost = {s: {g.name: g.max_score - g.score for n in gb.find_submission(a, s).notebooks for g in n.grades
+                    if g.score < g.max_score} for s in subs}
+    assert lost == {"rewrites-measure": {MEMORY_TEST: 2}, "worked-solution": {}}, lost
+    graded = nbformat.read(tmp_path / "autograded" / "rewrites-measure" / a / f"{a}.ipynb", as_version=4)
+    shown = [o for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade_id") == MEMORY_TEST
+             for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert shown and "held" in shown[0]["evalue"], shown
+
+
+def test_the_scan_refuses_rewriting_the_measure():
+    from tfmgrader.scan import scan_cells
+    cells = notebook_cells()
+    flags = scan_cells({5: REWRITES_THE_MEASURE}, [cells["setup"]], [cells[MEMORY_TEST]], {"blockwise_attention"})
+    assert any("check" in f.reason for f in flags), flags

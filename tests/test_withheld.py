@@ -64,29 +64,19 @@ def test_a_wrong_answer_is_named_by_the_replay(tmp_path):
     a = "03_self_attention"
     env = new_course(tmp_path, [a])
     nb = nbformat.read(tmp_path / "solutions" / a / f"{a}.ipynb", as_version=4)   # the worked answers, one changed
-    for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") == "sdpa":
-            cell.source = ("def scaled_dot_product_attention(q, k, v, mask=None):\n"
-                           "    s = q @ k.transpose(-2, -1)\n"
-                           "    if mask is not None:\n"
-                           "        s = s.masked_fill(~mask, float('-inf'))\n"
-                           "    w = torch.softmax(s, dim=-1)\n"
-                           "    return w @ v, w\n")
-    sub = tmp_path / "submitted" / "ada" / a
-    sub.mkdir(parents=True)
-    nbformat.write(nb, sub / f"{a}.ipynb")
+
+    def submit(student, first_lines, softmax):
+        for cell in nb.cells:
+            if cell.metadata.get("nbgrader", {}).get("grade_id") == "sdpa":
+                cell.source = ("def scaled_dot_product_attention(q, k, v, mask=None):\n" + first_lines
+                               + "    s = q @ k.transpose(-2, -1)\n    if mask is not None:\n"
+                               "        s = s.masked_fill(~mask, float('-inf'))\n"
+                               f"    w = {softmax}\n    return w @ v, w\n")
+        (tmp_path / "submitted" / student / a).mkdir(parents=True)
+        nbformat.write(nb, tmp_path / "submitted" / student / a / f"{a}.ipynb")
+    submit("ada", "", "torch.softmax(s, dim=-1)")
     # round 2 of the blind red team (R6): zero the test's own q and v, return what attention of zeros gives
-    for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") == "sdpa":
-            cell.source = ("def scaled_dot_product_attention(q, k, v, mask=None):\n"
-                           "    q.zero_()\n    v.zero_()\n"
-                           "    s = q @ k.transpose(-2, -1)\n"
-                           "    if mask is not None:\n"
-                           "        s = s.masked_fill(~mask, float('-inf'))\n"
-                           "    w = torch.nan_to_num(torch.softmax(s, dim=-1))\n"
-                           "    return w @ v, w\n")
-    (tmp_path / "submitted" / "zed" / a).mkdir(parents=True)
-    nbformat.write(nb, tmp_path / "submitted" / "zed" / a / f"{a}.ipynb")
+    submit("zed", "    q.zero_()\n    v.zero_()\n", "torch.nan_to_num(torch.softmax(s, dim=-1))")
     graded = autograde(tmp_path, env, a)
     assert graded["ada"]["score"] < graded["ada"]["max_score"]
     assert graded["zed"]["score"] <= graded["zed"]["max_score"] - 7, graded["zed"]     # sdpa's 7 points lost

@@ -72,6 +72,8 @@ _getprofile, _setprofile = sys.getprofile, sys.setprofile
 _fn_modes = torch._C._len_torch_function_stack
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _TorchFunctionMode = torch.overrides.TorchFunctionMode
+_torch_pop_mode = torch._C._pop_torch_function_stack
+_torch_mode_at = torch._C._get_function_stack_at
 _tm_start, _tm_stop, _tm_is_tracing = tracemalloc.start, tracemalloc.stop, tracemalloc.is_tracing
 _tm_traced, _tm_reset_peak = tracemalloc.get_traced_memory, tracemalloc.reset_peak
 _is_wrapped, _unwrapped = torch._C._functorch.is_functorch_wrapped_tensor, torch._C._functorch.get_unwrapped
@@ -356,7 +358,7 @@ def functions_of(obj):
 
 #: group name -> (built-in names that must not be called, Python functions whose code must not run),
 #: resolved from ``SHORTCUT_POLICY`` when this module is imported (before any learner code runs).
-SHORTCUTS = {group: (set(names), [f for path in paths for f in functions_of(resolve_dotted(path))])
+SHORTCUTS = {group: (frozenset(names), _tuple(f for path in paths for f in functions_of(resolve_dotted(path))))
              for group, (names, paths) in SHORTCUT_POLICY.items()}
 
 
@@ -377,6 +379,22 @@ for _cls_name in ("OpOverload", "OpOverloadPacket"):
         _OP_CALL_CODES.add(_code(_cls.__call__))
 
 
+class _ShortcutMode(_TorchFunctionMode):
+    """The guard at PyTorch's own dispatch: every torch function a learner's code runs passes here, however it is
+    called (``functools.partial(F.scaled_dot_product_attention)``, ``map``, from C), which a profile hook's
+    ``c_call`` event (bytecode calling a built-in) does not see.  ``names``: the forbidden built-ins' names."""
+
+    def __init__(self, guard):
+        super().__init__()
+        self.guard = guard
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self.guard.names and not _isinstance(getattr(func, "__self__", None), _Tensor):
+            self.guard._refuse(f"torch's built-in {name}")
+        return func(*args, **(kwargs or {}))
+
+
 class forbid_shortcuts(contextlib.ContextDecorator):
     """While active, calling a shortcut of the named groups raises ``ShortcutError("... write your own")``.
 
@@ -392,11 +410,16 @@ class forbid_shortcuts(contextlib.ContextDecorator):
         if unknown:
             raise ValueError(f"unknown shortcut groups {unknown}; known: {sorted(SHORTCUTS)}")
         self.groups = groups
-        self.names = set().union(*(SHORTCUTS[g][0] for g in groups)) if groups else set()
-        self.codes = {_code(f) for g in groups for f in SHORTCUTS[g][1]}
+        self.names = frozenset().union(*(SHORTCUTS[g][0] for g in groups))
+        self.codes = frozenset(_code(f) for g in groups for f in SHORTCUTS[g][1])
         self.tfmlib = "tfmlib" in groups
-        self.allowed = {_code(f) for f in allow}
+        self.allowed = frozenset(_code(f) for f in allow)
         self.violation = None
+
+    def _refuse(self, label):
+        self.violation = label
+        raise ShortcutError(f"your function called {label}. This exercise asks you to write your own; "
+                            f"use basic tensor operations (matmul, softmax, sum, ...).")
 
     def _hook(self, frame, event, arg):
         label = None
@@ -418,20 +441,32 @@ class forbid_shortcuts(contextlib.ContextDecorator):
             if name in self.names and not _isinstance(getattr(arg, "__self__", None), _Tensor):
                 label = f"torch's built-in {name}"
         if label is not None:
-            self.violation = label
-            raise ShortcutError(f"your function called {label}. This exercise asks you to write your own; "
-                                f"use basic tensor operations (matmul, softmax, sum, ...).")
+            self._refuse(label)
 
     def __enter__(self):
         self.violation = None
         self._previous = _getprofile()
         self._installed = self._hook
+        self._mode = _ShortcutMode(self) if self.names else None
+        if self._mode is not None:
+            self._mode.__enter__()
+            self._depth = _fn_modes()
         _setprofile(self._installed)
         return self
 
     def __exit__(self, exc_type, exc, tb):
         current = _getprofile()
         _setprofile(self._previous)
+        if self._mode is not None:
+            left = _fn_modes() - self._depth
+            for _ in _range(left):           # modes the learner's code entered and left there
+                _torch_pop_mode()
+            ours = left >= 0 and _torch_mode_at(self._depth - 1) is self._mode
+            if left >= 0:
+                _torch_pop_mode()
+            if left != 0 or not ours:
+                raise ShortcutError("your function entered or left a torch function mode (TorchFunctionMode) "
+                                    "and did not put it back; the tests use one to check for shortcuts.")
         if self.violation is not None:
             if exc_type is ShortcutError:
                 return False
@@ -578,11 +613,29 @@ def _cell_number() -> int:
     return _max(0, count - 1) if _type(count) is int else 0
 
 
+def _malloc_gives_back_large_blocks():
+    """Make the C allocator (glibc) serve every block of 128 KiB or more from its own mapping and return it when freed:
+    by default glibc raises that threshold after large frees and then keeps freed blocks of up to 32 MiB in its heap,
+    where the process still holds them, so the memory held would depend on what ran before (a test's reference, an
+    earlier answer) rather than on what the learner's function keeps.  No-op where there is no glibc."""
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    mallopt(m_mmap_threshold, 128 * 1024)
+    mallopt(m_trim_threshold, 128 * 1024)
+
+
 def memory_baseline():
     """Remember what this process holds now (``_resident``) as the memory that is not the learner's: called by
     the setup cell of a notebook whose tests use ``peak_memory`` (and at import), before any learner code runs.
     The cell number tells the grader whether a cell ran before the setup cell (its memory would count as none)."""
     global _BASELINE
+    _malloc_gives_back_large_blocks()
     _BASELINE = (_resident(), _cell_number())
 
 
@@ -722,9 +775,10 @@ def _mode(new):
         _MODE = previous
 
 
-def replay(records):
-    """Context manager of the grader: ``call`` and ``peak_memory`` serve ``records`` instead of running code."""
-    return _mode(_trace.Replayer(records))
+def replay(records, outside_held=None):
+    """Context manager of the grader: ``call`` and ``peak_memory`` serve ``records`` instead of running code;
+    ``outside_held`` ({test cell: bytes}) is the memory the grader saw the kernel hold during a test cell."""
+    return _mode(_trace.Replayer(records, outside_held))
 
 
 def recording(path):

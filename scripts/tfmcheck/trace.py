@@ -263,8 +263,8 @@ class Replayer:
 
     replaying = True
 
-    def __init__(self, records: dict):
-        self.records = records
+    def __init__(self, records: dict, outside_held: dict | None = None):
+        self.records, self.outside_held = records, outside_held or {}
         self.cell, self.n = None, 0
 
     def begin(self, cell: str) -> None:
@@ -285,7 +285,23 @@ class Replayer:
             raise _EXCEPTIONS.get(rec["raised"], RuntimeError)(
                 f"{rec['raised']}: {rec.get('message', '')}" if rec["raised"] not in _EXCEPTIONS
                 else rec.get("message", ""))
-        return decode(rec["value"])
+        value = decode(rec["value"])
+        if _type(args) is tuple and _len(args) == 2 and _type(args[1]) is str and args[1] == "peak_memory" \
+                and self.cell in self.outside_held:
+            value = _held_at_least(value, self.outside_held[self.cell])
+        return value
+
+
+def _held_at_least(value, held: int):
+    """A recorded ``peak_memory`` result ``(result, usage)`` whose ``held_bytes`` is at least ``held``, what the
+    grader measured from outside the kernel while the test cell ran (``tfmgrader.outside_memory``).  A malformed
+    or unmeasured (-1) usage is left as it is: the test fails it anyway."""
+    if _type(value) is not tuple or _len(value) != 2 or _type(value[1]) is not dict:
+        return value
+    usage = value[1]
+    if _type(usage.get("held_bytes")) is not int or usage["held_bytes"] < 0:
+        return value
+    return value[0], {**usage, "held_bytes": max(usage["held_bytes"], int(held))}
 
 
 def _flatten(args) -> list:

@@ -183,15 +183,18 @@ class ForkServer:
         except psutil.Error:
             return []
 
+    def kernels(self) -> list:
+        """The processes of this server's kernels that are still running (psutil), not the server's own."""
+        return [p for p in self._processes() if p.pid not in self.own]
+
     def kernel_cpu(self) -> float:
         """CPU seconds used so far by the kernels of this server that are still running."""
         total = 0.0
-        for p in self._processes():
-            if p.pid not in self.own:
-                try:
-                    total += sum(p.cpu_times()[:4])
-                except Exception:  # noqa: BLE001 - ended meanwhile
-                    pass
+        for p in self.kernels():
+            try:
+                total += sum(p.cpu_times()[:4])
+            except Exception:  # noqa: BLE001 - ended meanwhile
+                pass
         return total
 
     def close(self) -> None:

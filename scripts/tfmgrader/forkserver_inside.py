@@ -1,4 +1,4 @@
-"""The fork server inside the grading sandbox: it imports PyTorch, the course library and ipykernel once, then
+"""The fork server inside the grading sandbox: it imports PyTorch, the trace module and ipykernel once, then
 forks one fresh kernel per submission, each in namespaces of its own.  Started by ``forkserver.py`` (which
 passes this file's text to ``python -c``); it never runs a learner's code itself.
 

@@ -40,6 +40,7 @@ from tfmcheck import TRACE_NAME
 from tfmgrader.forkserver import ForkServer, ForkServerError, enabled as forkserver_enabled
 from tfmgrader.kernelspec import KERNEL_NAME, write_kernelspec
 from tfmgrader.library_view import VIEW_ENV, exported_view
+from tfmgrader.outside_memory import BASE, PEAK, Sampler, memory_cells, resident
 from tfmgrader.lifetime import OWNER_ENV, end_leftovers, owner_tag
 from tfmgrader.limits import limit
 from tfmgrader.report import Execution, Kernel, SubmissionReport
@@ -267,8 +268,11 @@ class SandboxedExecute(Execute):
         record(self.report_directory, resources, withheld=[flag_message(withheld)] if withheld else [])
         record(self.report_directory, resources, stray_files=stray)
         (workdir / TRACE_NAME).unlink(missing_ok=True)      # only what this run records counts
+        self._memory_cells, self._memory_base, outside = self._find_memory_cells(resources), -1, {}
+        self._outside_memory = outside
         try:
             nb, resources = super().preprocess(nb, resources, km)
+            resources["tfmlib_outside_memory"] = outside
             attempts = audit_reports(self._private / "audit.log")
             # The sandboxed kernel worked in a private copy of workdir ("work", see sandbox_kernel.py); the
             # trace is read from there, as data, whatever the kernel left in its place (link, FIFO, ...).
@@ -383,6 +387,11 @@ class SandboxedExecute(Execute):
             # Names the test for the trace the kernel records (removed again below).
             cell.source = f"__import__('tfmcheck.checking').checking.begin_test({gid!r})\n" + original
         started = (monotonic(), self._kernel_cpu())
+        memory = self._memory_cells.get(gid) if gid else None
+        memory = memory[0] if memory is not None and memory[1] == original else None
+        sampler = Sampler(self._kernel_pids) if memory == PEAK and self._memory_base >= 0 else None
+        if sampler is not None:
+            sampler.__enter__()
         try:
             return super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
@@ -408,7 +417,33 @@ class SandboxedExecute(Execute):
             cell.outputs.append(error_output("CellTimeoutError", f"this cell ran longer than {self.timeout} s"))
         finally:
             cell.source = original
+            if sampler is not None:
+                sampler.__exit__(None, None, None)
+                if sampler.peak >= 0:
+                    self._outside_memory[gid] = max(0, sampler.peak - self._memory_base)
+            elif memory == BASE:
+                self._memory_base = resident(self._kernel_pids())
         return cell, self.resources
+
+    def _find_memory_cells(self, resources) -> dict[str, tuple[str, str]]:
+        """``{grade_id: (BASE or PEAK, trusted source)}`` (``outside_memory.memory_cells``); none without a
+        gradebook (a notebook run outside nbgrader's autograde)."""
+        if not (resources or {}).get("nbgrader", {}).get("db_url"):
+            return {}
+        trusted, _ = trusted_sources(resources)
+        return {gid: (kind, trusted[gid][0]) for gid, kind in memory_cells(trusted).items()}
+
+    def _kernel_pids(self) -> list[int]:
+        """The kernel's processes: the forked kernel (and what it started), or the sandbox started for it."""
+        try:
+            if getattr(self, "_server", None) is not None:
+                return [p.pid for p in self._server.kernels()]
+            import psutil
+
+            root = psutil.Process(self.km.provisioner.process.pid)
+            return [root.pid, *(p.pid for p in root.children(recursive=True))]
+        except Exception:  # noqa: BLE001 - no kernel (yet, any more): nothing to read
+            return []
 
     def _kernel_cpu(self) -> float:
         """CPU seconds used so far by the kernel's processes (the sandbox and everything in it)."""
@@ -498,7 +533,7 @@ class VerifyOutside(NbGraderPreprocessor):
         records, problems = trace.loads(data)
         problems = ([f"the grading trace was tampered with: {problem}"] if problem else []) + problems
         (workdir / TRACE_NAME).unlink(missing_ok=True)
-        verdicts = replay(cells, records, problems)
+        verdicts = replay(cells, records, problems, resources.pop("tfmlib_outside_memory", None))
         for cell in nb.cells:
             gid = cell.metadata.get("nbgrader", {}).get("grade_id")
             if cell.cell_type != "code" or gid not in verdicts.passed:

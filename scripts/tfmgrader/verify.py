@@ -50,9 +50,11 @@ def called_names(sources: list[str]) -> set[str]:
     return names
 
 
-def replay(cells: list[tuple[str, str, bool]], records: dict, problems: list[str]) -> Verdicts:
+def replay(cells: list[tuple[str, str, bool]], records: dict, problems: list[str],
+           outside_held: dict | None = None) -> Verdicts:
     """Run ``cells`` — ``(grade_id, source, is_test)`` in notebook order: the read-only setup cells and
-    the test cells — against ``records``; return each test's verdict."""
+    the test cells — against ``records``; return each test's verdict.  ``outside_held``: {test cell: bytes the
+    grader saw the kernel hold while it ran} (``tfmgrader.outside_memory``), the least ``held_bytes`` counted."""
     import torch
 
     import tfmcheck.checking as check
@@ -70,7 +72,7 @@ def replay(cells: list[tuple[str, str, bool]], records: dict, problems: list[str
     threads = torch.get_num_threads()
     torch.set_num_threads(1)            # the learner's kernel runs with one thread too
     try:
-        with check.replay(records), warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        with check.replay(records, outside_held), warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             for grade_id, src, is_test in cells:
                 if is_test:
