@@ -619,9 +619,8 @@ def _malloc_gives_back_large_blocks():
     where the process still holds them, so the memory held would depend on what ran before (a test's reference, an
     earlier answer) rather than on what the learner's function keeps.  No-op where there is no glibc."""
     import ctypes
-    import ctypes.util
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    try:    # the symbols already loaded (dlopen(NULL)): ctypes.util.find_library would start ldconfig, gcc, objdump
+        libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return
