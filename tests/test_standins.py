@@ -82,7 +82,9 @@ def test_the_stand_in_works_only_during_the_dependents_call():
     exec("def self_attention(x, W_q, W_k, W_v, mask=None):\n"
          "    return scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask)\n", ns)
     out, _ = check.call(ns["self_attention"], x, w, w, w, forbid=("tfmlib", "sdpa"))
-    assert torch.allclose(out, expected) and "scaled_dot_product_attention" not in ns
+    assert torch.allclose(out, expected)
+    with pytest.raises(NameError, match="'scaled_dot_product_attention' is not defined"):   # an inert placeholder
+        check.call(ns["scaled_dot_product_attention"], x, x, x, forbid=("tfmlib", "sdpa"))
     ns["scaled_dot_product_attention"] = mine
     # the dependency's own test: no stand-in, even when the dependency is also bound as the dependent's name
     ns["self_attention"] = mine
@@ -120,3 +122,22 @@ def test_a_wrong_dependency_costs_only_its_own_points(dependent, tmp_path, monke
         verdicts, _, _ = graded(cells_of(make_submission(assignment, first_wrong(dependency))), tmp_path)
         lost = sorted(gid for gid, ok in verdicts.items() if not ok)
         assert lost and not set(lost) & set(own), (dependency, lost)
+
+
+@pytest.mark.parametrize("dependent", ["self_attention", "decoder_block", "grad_norm_by_distance"])
+def test_a_withheld_dependency_costs_only_its_own_points(dependent, tmp_path, monkeypatch):
+    """A dependency whose cell the scan withheld (it raises; the function is never defined): the function built on it
+    still scores, and the kernel's record and the replay outside agree call for call (a test cell that also checks
+    the dependency on the same inputs finds the name bound to an inert placeholder in both)."""
+    monkeypatch.setattr(feedback, "diagnose", lambda *args, **kwargs: None)
+    assignment = ASSIGNMENT[dependent]
+    nb = make_submission(assignment, [])
+    (dependency,) = DEPENDS[dependent][:1]
+    for cell in nb.cells:
+        if _nbg(cell).get("solution") and re.search(rf"^def {dependency}\b", cell.source, re.M):
+            cell.source = "raise RuntimeError('This answer was withheld from grading')"
+    tests = {_nbg(c).get("grade_id"): c.source for c in nb.cells if _nbg(c).get("grade")}
+    own = {gid for gid, src in tests.items() if re.search(rf"check\.call\({dependent}\b", src)}
+    verdicts, _, _ = graded(cells_of(nb), tmp_path)
+    lost = {gid for gid, ok in verdicts.items() if not ok}
+    assert lost and not lost & own, (dependency, sorted(lost))

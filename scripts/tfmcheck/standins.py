@@ -141,11 +141,13 @@ def _dependent(fn, names):
 
 
 @contextlib.contextmanager
-def standing_in(fn):
+def standing_in(fn, absent=None):
     """While the block runs, every name of ``fn``'s namespace bound to a dependency of ``fn`` (``DEPENDS``) holds a
     trusted stand-in, switched on; yields the stand-ins (for the shortcut guard's ``allow``).  Afterwards every
-    binding is as it was and the stand-ins raise.  Nothing is replaced when ``fn`` is not a plain function bound
-    under a dependent's name, or when it is itself one of its dependencies."""
+    binding is as it was and the stand-ins raise; a dependency the learner had not defined is then bound to
+    ``absent(name)`` (``checking._absent``: raises NameError), so that a test cell that also calls it through
+    ``check.call`` records that call in the kernel as the replay makes it.  Nothing is replaced when ``fn`` is not a
+    plain function bound under a dependent's name, or when it is itself one of its dependencies."""
     # Only the dict's own methods touch the namespace, and only its string keys: no learner code runs here, outside
     # the shortcut guard (a dict subclass, a key with its own __hash__ or __eq__ is left alone).
     names = fn.__globals__ if _type(fn) is _FunctionType else None
@@ -174,4 +176,7 @@ def standing_in(fn):
             _dict_set(names, key, original)
         for key, stand_in in added:
             if _dict_get(names, key) is stand_in:
-                _dict_pop(names, key)
+                if absent is None:
+                    _dict_pop(names, key)
+                else:
+                    _dict_set(names, key, absent(key))
