@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tfmcheck import trace as _trace
+from tfmcheck.standins import standing_in as _standing_in
 
 # ---------------------------------------------------------------------------------------------------------
 # Trusted copies, bound when the setup cell imports this module (before any learner code runs).
@@ -488,10 +489,20 @@ def call(fn, *args, forbid=("tfmlib",), allow=(), **kwargs):
     if not callable(fn):
         raise CheckFailure(f"{fn!r} is not a function; run the cell that defines it first")
 
-    def run():
-        with _inputs_kept(args, kwargs), forbid_shortcuts(*forbid, allow=allow):
+    def run():  # a function built on another graded one runs on a trusted stand-in for it (tfmcheck.standins)
+        with _inputs_kept(args, kwargs), _standing_in(fn, _absent) as trusted, \
+                forbid_shortcuts(*forbid, allow=(*allow, *trusted)):
             return fn(*args, **kwargs)
     return run() if _MODE is None else _MODE.record((args, kwargs), run)
+
+
+def _absent(name):
+    """What a dependency the learner never defined is bound to after a stand-in stood in for it: a function that
+    raises the NameError its use would have raised, so that the test cell calls it through ``check.call`` in the
+    kernel as in the replay (``tfmcheck.standins``).  Here, in this module, so that the shortcut guard lets it raise."""
+    def absent(*args, **kwargs):
+        raise NameError(f"name {name!r} is not defined")
+    return absent
 
 
 class _inputs_kept:
