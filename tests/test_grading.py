@@ -869,3 +869,38 @@ def test_verdicts_flag_the_gradebook_and_reach_export_and_formgrader(tmp_path):
         gb.db.commit()
     verdicts.save(url, "a1", "bob", status="graded", reason="")
     assert state("bob")[0] is True
+
+
+def test_one_report_layout_refreshed_from_the_gradebook(tmp_path, monkeypatch):
+    """report.render is the one layout of a submission's report (grade.py and plain autograde alike, compared end to end
+    in tests/test_instructor_walkthrough.py); refresh brings a written report up to date with the gradebook (each
+    test's score, the verdict's copy suspicion) and keeps what the grading run found.  nbgrader's own tables are
+    stood in for (creating a gradebook costs seconds): the verdict table is real."""
+    import json
+
+    from tfmgrader import report as reports
+    from tfmgrader import verdicts
+    from tfmgrader.report import FIELDS, NotebookReport, Status, SubmissionReport, refresh, render, write_report
+    tests = [{"notebook": "a1.ipynb", "test": "test_f", "score": 2.0, "max_score": 3.0}]
+    import contextlib
+
+    import nbgrader.api
+    monkeypatch.setattr(verdicts, "mark", lambda *args: None)       # the gradebook's flag: tested with a gradebook
+    monkeypatch.setattr(nbgrader.api, "Gradebook", contextlib.nullcontext)
+    monkeypatch.setattr(reports, "gradebook_scores", lambda db, a, s, gb=None: (2.0, 5.0, tests))
+    db = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    findings = SubmissionReport({"a1.ipynb": NotebookReport(flags=["cell 3, line 2: rebinds '_ref'"],
+                                                            stray_files=["data.csv"])})
+    status, reason = findings.status({"success": True})
+    folder = tmp_path / "grading" / "a1" / "reports"
+    write_report(folder, render("a1", "s1", status=status, reason=reason, score=0, max_score=5, tests=[],
+                                findings=findings))
+    verdicts.save(db, "a1", "s1", status=str(status), reason=reason, similar_to="f ~ s2 (0.97)", similarity="0.97")
+    assert refresh(folder, db, "a1") == ["s1"]
+    report = json.loads((folder / "s1.json").read_text())
+    assert list(report) == FIELDS and report["status"] == str(Status.FLAGGED) == "flagged"
+    assert (report["similar_to"], report["similarity"]) == ("f ~ s2 (0.97)", "0.97")
+    assert (report["score"], report["tests"]) == (2.0, tests)
+    assert report["notes"]["scan"] == ["cell 3, line 2: rebinds '_ref'"] and report["files"]["stray"] == ["data.csv"]
+    page = (folder / "s1.md").read_text()
+    assert "Copy detection flagged it" in page and "rebinds '_ref'" in page and "| a1.ipynb | test_f | 2 / 3 |" in page

@@ -74,12 +74,28 @@ def test_git_status_is_clean_after_the_instructors_walk_through(tmp_path):
     run(["nbgrader", "release_assignment", a, "--force"], clone, env)
     assert (clone / "exchange" / "transformers-from-scratch" / "outbound" / a / f"{a}.ipynb").exists()
     shutil.copytree(clone / "notebooks" / a, clone / "submitted" / "alice" / a)     # "Without it" (the exchange)
+    (clone / "submitted" / "alice" / a / "helpers.py").write_text("def scaled_dot_product_attention(q, k, v):\n")
     run([sys.executable, "scripts/grade.py", a, "--jobs", "1"], clone, env)
+    # the same submission, graded by plain `nbgrader autograde` (Formgrader's Autograde): the same report
+    shutil.copytree(clone / "submitted" / "alice" / a, clone / "submitted" / "bob" / a)
+    plain = time.monotonic()
+    run(["nbgrader", "autograde", a, "--student", "bob"], clone, env)
+    plain = time.monotonic() - plain
     run(["nbgrader", "generate_feedback", a], clone, env)
     run(["nbgrader", "export"], clone, env)
     run(["nbgrader", "export", "--to", "grades.csv", "--assignment", a], clone, env)
-    print(f"\nthe walk-through took {time.monotonic() - start:.1f} s")
+    print(f"\nthe walk-through took {time.monotonic() - start:.1f} s, {plain:.1f} s of it the plain autograde")
     assert (clone / "grading" / "export.csv").read_text().splitlines()[0].endswith("status,reason,similar_to,similarity")
+    from tfmgrader.report import FIELDS, RUN_FIELDS
+    reports = {s: json.loads((clone / "grading" / a / "reports" / f"{s}.json").read_text()) for s in ("alice", "bob")}
+    assert list(reports["alice"]) == list(reports["bob"]) == FIELDS
+    assert (reports["alice"]["graded_by"], reports["bob"]["graded_by"]) == ("scripts/grade.py", "nbgrader autograde")
+    assert reports["alice"]["status"] == "flagged" and "helpers.py" in reports["alice"]["reason"], reports["alice"]
+    assert reports["alice"]["tests"] and all(t["score"] == 0 for t in reports["alice"]["tests"])
+    same = {s: {k: v for k, v in r.items() if k not in RUN_FIELDS and k != "student_id"} for s, r in reports.items()}
+    assert same["alice"] == same["bob"]
+    pages = {s: (clone / "grading" / a / "reports" / f"{s}.md").read_text() for s in reports}
+    assert pages["alice"].split("Graded by")[0].replace("alice", "bob") == pages["bob"].split("Graded by")[0]
     status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=clone,
                             capture_output=True, text=True, check=True).stdout
     assert status == "", status

@@ -49,6 +49,7 @@ from torch import nn
 
 from tfmcheck import SECRET_ENV as _SECRET_ENV
 from tfmcheck import trace as _trace
+from tfmcheck.standins import standing_in as _standing_in
 
 # ---------------------------------------------------------------------------------------------------------
 # Trusted copies, bound when the setup cell imports this module (before any learner code runs).
@@ -362,8 +363,9 @@ def functions_of(obj):
 
 #: group name -> (built-in names that must not be called, Python functions whose code must not run),
 #: resolved from ``SHORTCUT_POLICY`` when this module is imported (before any learner code runs).
-SHORTCUTS = {group: (frozenset(names), _tuple(f for path in paths for f in functions_of(resolve_dotted(path))))
-             for group, (names, paths) in SHORTCUT_POLICY.items()}
+SHORTCUTS = types.MappingProxyType(
+    {group: (frozenset(names), _tuple(f for path in paths for f in functions_of(resolve_dotted(path))))
+     for group, (names, paths) in SHORTCUT_POLICY.items()})
 
 
 def shortcut_names():
@@ -492,10 +494,20 @@ def call(fn, *args, forbid=("tfmlib",), allow=(), **kwargs):
     if not callable(fn):
         raise CheckFailure(f"{fn!r} is not a function; run the cell that defines it first")
 
-    def run():
-        with _inputs_kept(args, kwargs), forbid_shortcuts(*forbid, allow=allow):
+    def run():  # a function built on another graded one runs on a trusted stand-in for it (tfmcheck.standins)
+        with _inputs_kept(args, kwargs), _standing_in(fn, _absent) as trusted, \
+                forbid_shortcuts(*forbid, allow=(*allow, *trusted)):
             return fn(*args, **kwargs)
     return run() if _MODE is None else _MODE.record((args, kwargs), run)
+
+
+def _absent(name):
+    """What a dependency the learner never defined is bound to after a stand-in stood in for it: a function that
+    raises the NameError its use would have raised, so that the test cell calls it through ``check.call`` in the
+    kernel as in the replay (``tfmcheck.standins``).  Here, in this module, so that the shortcut guard lets it raise."""
+    def absent(*args, **kwargs):
+        raise NameError(f"name {name!r} is not defined")
+    return absent
 
 
 class _inputs_kept:
@@ -622,9 +634,9 @@ def _malloc_gives_back_large_blocks():
     where the process still holds them, so the memory held would depend on what ran before (a test's reference, an
     earlier answer) rather than on what the learner's function keeps.  No-op where there is no glibc."""
     import ctypes
-    try:    # the process's own symbols (libc's among them): ctypes.util.find_library would start ldconfig and gcc,
-        mallopt = ctypes.CDLL(None).mallopt     # which the graded kernel's audit hook reports (a flagged submission)
-    except (OSError, AttributeError):
+    try:
+        mallopt = ctypes.CDLL(None).mallopt     # the process's own symbols (no ctypes.util: it starts programs)
+    except (OSError, AttributeError, TypeError):
         return
     m_trim_threshold, m_mmap_threshold = -1, -3
     mallopt(m_mmap_threshold, 128 * 1024)

@@ -129,6 +129,7 @@ def worker_api(patient: bool = False):
     key = "patient_api" if patient else "api"
     if key not in _WORKER:
         config = load_config(Path(_WORKER["course"]), _WORKER["extra_config"], _WORKER["db_url"])
+        config.RecordVerdict.write_report = False   # grade_one writes the report, with how the run went
         if patient:
             for name in ("timeout", "startup_timeout", "iopub_timeout"):
                 value = config.SandboxedExecute.get(name)
@@ -156,8 +157,6 @@ def grade_one(student: str, fp: str, regraded: str = "") -> dict:
     """Grade one submission and mark it done; returns its grades.csv row.  A submission whose kernel was
     starved by the machine's load is graded again with longer limits (``retries`` times); if it is still
     starved it is marked 'timed out' with that reason, never scored as if its tests had failed."""
-    from nbgrader.api import Gradebook
-
     w = _WORKER
     assignment, out, state = w["assignment"], Path(w["out"]), State(Path(w["out"]))
     start = time.monotonic()
@@ -185,21 +184,27 @@ def grade_one(student: str, fp: str, regraded: str = "") -> dict:
             status, reason = Status.TIMED_OUT, (
                 f"the grading machine was too busy to grade it ({why}), also with {limit('GRADER_RETRY_SCALE')}x "
                 "the time limits; grade it again on a quieter machine")
-    score = 0.0
+    from tfmgrader import verdicts
+    from tfmgrader.report import GRADE_PY, gradebook_scores, render, write_report
+
+    score, tests = 0.0, []
     if result.get("success"):
-        with Gradebook(w["db_url"]) as gb:
-            score = gb.find_submission(assignment, student).score
+        score, _, tests = gradebook_scores(w["db_url"], assignment, student)
     row = {"student_id": student, "assignment": assignment, "score": round(score, 2),
            "max_score": w["max_score"], "status": str(status), "reason": reason,
            "seconds": round(time.monotonic() - start, 2)}
-    write_json(out / "reports" / f"{student}.json",
-               {**row, "retried": retried, "regraded": regraded, "files": report.submitted_files(),
-                "nbgrader_log": (result.get("log") or "")[-4000:]})
+    verdict = {}
     try:        # the verdict in the gradebook's records too (RecordVerdict saved the kernel's; this is final)
-        from tfmgrader import verdicts
         verdicts.save(w["db_url"], assignment, student, status=str(status), reason=reason)
+        verdict = verdicts.load(w["db_url"], assignment).get((assignment, student), {})
     except Exception as err:  # noqa: BLE001 - the grade stands; a re-run of the class reports saves it again
         print(f"{student}: could not save the verdict in the gradebook ({type(err).__name__}: {err})", flush=True)
+    # the same report as plain `nbgrader autograde` writes (report.render), with how this run went
+    write_report(out / "reports", render(
+        assignment, student, status=status, reason=reason, score=score, max_score=w["max_score"], tests=tests,
+        findings=report, verdict=verdict, graded_by=GRADE_PY,
+        run={"seconds": row["seconds"], "retried": retried, "regraded": regraded,
+             "nbgrader_log": (result.get("log") or "")[-4000:]}))
     state.mark_done(student, row, fp, saved=bool(result.get("success")), too_busy=bool(why),
                     env_error=status is Status.ENVIRONMENT_ERROR)
     return row
@@ -395,6 +400,7 @@ def grade(course: Path, assignment: str, out: Path, only: list[str] | None = Non
         from tfmgrader.class_report import write_class_reports
         write_class_reports(course, assignment, out, klass, submitted, coursedir.source_directory,
                             coursedir.autograded_directory, coursedir.db_url)
+        refresh_reports(out / "reports", coursedir.db_url, assignment, klass)
     if rows:
         seconds = [r["seconds"] for r in rows]
         print(f"{len(rows)} submissions of {assignment} graded in {wall:.1f} s with {jobs} job(s): median "
@@ -402,6 +408,16 @@ def grade(course: Path, assignment: str, out: Path, only: list[str] | None = Non
     if died:
         raise SystemExit(f"{died}; the submissions it was grading are graded again by a re-run of the same command")
     return [complete[s] for s in mine if s in complete]
+
+
+def refresh_reports(folder: Path, db_url: str, assignment: str, students: list[str]) -> None:
+    """The class's reports with the copy suspicions just found (``report.refresh``); a failure leaves them as
+    they were and is reported."""
+    from tfmgrader.report import refresh
+    try:
+        refresh(folder, db_url, assignment, students)
+    except Exception as err:  # noqa: BLE001 - the reports are extra; the grades stand without the update
+        print(f"could not add the copy suspicions to the reports in {folder} ({type(err).__name__}: {err})")
 
 
 def write_run_report(out: Path, assignment: str, shard, jobs: int, mine: list[str], todo: list[str],

@@ -4,7 +4,10 @@ Each row is nbgrader's own (assignment, due date, timestamp, student, names, e-m
 score, max score) plus the grader's ``status`` and ``reason`` and what copy detection flagged (``similar_to``,
 ``similarity``), from the gradebook's verdict table (``verdicts.py``).  A submission that never reached the
 gradebook (an invalid notebook) has a row too, with its status and reason and a score of 0.  Without ``--to``
-the export goes to ``grading/export.csv`` (the course's ``grading/`` folder is not tracked by git).
+the export goes to ``grading/export.csv`` (the course's ``grading/`` folder is not tracked by git).  The export
+also brings each exported submission's report (``grading/<assignment>/reports/<student>.json`` and ``.md``, written by
+``scripts/grade.py`` or plain ``nbgrader autograde`` in one layout, ``report.render``) up to date with the gradebook:
+manual grades, copy suspicion (``report.refresh``).
 """
 from __future__ import annotations
 
@@ -75,3 +78,24 @@ class VerdictExportPlugin(ExportPlugin):
             writer.writeheader()
             writer.writerows(rows)
         self.log.info("Exported %d rows (with the grader's verdicts) to %s", len(rows), dest)
+        self.refresh_reports(gradebook, rows)
+
+    def refresh_reports(self, gradebook: Gradebook, rows: list[dict]) -> None:
+        from tfmgrader.report import refresh, report_folder_of
+
+        coursedir = getattr(self.parent, "coursedir", None)
+        course = Path(coursedir.root) if coursedir is not None else Path.cwd()
+        db_url = gradebook.engine.url.render_as_string(hide_password=False)
+        by_assignment: dict[str, list[str]] = {}
+        for row in rows:
+            by_assignment.setdefault(row["assignment"], []).append(row["student_id"])
+        for assignment, students in sorted(by_assignment.items()):
+            folder = report_folder_of(course, assignment)
+            if not folder.is_dir():
+                continue
+            try:
+                done = refresh(folder, db_url, assignment, students)
+            except Exception as err:  # noqa: BLE001 - the export stands without the update
+                self.log.warning("could not update the reports in %s: %s", folder, err)
+            else:
+                self.log.info("Updated %d report(s) of %s in %s", len(done), assignment, folder)

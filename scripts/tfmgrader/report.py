@@ -1,9 +1,17 @@
 """The per-submission report: what the preprocessors found, typed, and the status it gives the submission.
 
-The preprocessors (``preprocessors.py``, ``selfcheck.SetupCheck``) each add what they found to one report file per
-student and assignment, ``<reports>/<assignment>/<student>.json``: ``{notebook: NotebookReport}``.  The batch
+The preprocessors (``preprocessors.py``, ``selfcheck.SetupCheck``) each add what they found to one findings file
+per student and assignment, ``<reports>/<assignment>/<student>.json``: ``{notebook: NotebookReport}``.  The batch
 grader (``batch.py``) and the self-check read it back as a ``SubmissionReport`` and derive the submission's
 ``Status`` and reason from its fields, never from the wording of a message.
+
+The instructor's report of a submission is rendered from it by one function, ``render``, whichever way it was
+graded: ``scripts/grade.py`` (``batch.grade_one``) and plain ``nbgrader autograde`` (``verdicts.RecordVerdict``) both
+write ``grading/<assignment>/reports/<student>.json`` (``<out>/reports`` for ``grade.py --out``) and its readable
+``.md`` beside it, with the same fields (``FIELDS``): score and status, reason, the score of every test, copy
+suspicion, the files withheld or listed, every note of the scan, the sandbox and the replay, and how it was graded.
+Copy detection (``class_report``) and ``nbgrader export`` (``export.py``) bring the reports up to date with the
+gradebook (``refresh``).
 """
 from __future__ import annotations
 
@@ -120,9 +128,159 @@ class SubmissionReport:
         """Why the machine's load, not the answer, stopped a notebook (empty when it did not)."""
         return [nb.starved for nb in self.notebooks.values() if nb.starved]
 
+    def notes(self) -> dict[str, list[str]]:
+        """What the grader noted, by kind (each list empty when there is nothing to say)."""
+        nbs = self.notebooks.values()
+
+        def every(attr):
+            return list(dict.fromkeys(x for nb in nbs for x in getattr(nb, attr)))
+
+        return {"scan": every("flags"), "attempts": every("attempts"), "verification": every("verification"),
+                "forged": every("forged"), "stopped": [nb.stopped for nb in nbs if nb.stopped],
+                "starved": self.starved(), "setup_error": [nb.setup_error for nb in nbs if nb.setup_error]}
+
     def submitted_files(self) -> dict:
         """``withheld`` (flagged: code, links, hidden files; never reached the kernel) and ``stray`` (listed
         only: checkpoints, data): what the learner submitted beside the notebook."""
         nbs = self.notebooks.values()
         return {"withheld": sorted({w for nb in nbs for w in nb.withheld}),
                 "stray": sorted({f for nb in nbs for f in nb.stray_files})}
+
+
+# --- the instructor's report of one submission: one layout for every way of grading -------------------------
+
+#: The report's fields, in order (``render``): the same for ``scripts/grade.py`` and plain ``nbgrader autograde``.
+FIELDS = ["student_id", "assignment", "score", "max_score", "status", "reason", "similar_to", "similarity", "tests",
+          "files", "notes", "graded_by", "seconds", "retried", "regraded", "nbgrader_log"]
+#: Fields that say how this run went, not what the submission earned (they differ between two runs of one file).
+RUN_FIELDS = ["graded_by", "seconds", "retried", "regraded", "nbgrader_log"]
+GRADE_PY, AUTOGRADE = "scripts/grade.py", "nbgrader autograde"
+
+
+def report_folder_of(course: Path, assignment: str) -> Path:
+    """Where both ways of grading put the reports of ``assignment`` by default (``grade.py``'s ``--out``)."""
+    return Path(course) / "grading" / assignment / "reports"
+
+
+def gradebook_scores(db_url: str, assignment: str, student: str, gb=None) -> tuple[float, float, list[dict]]:
+    """(score, max score, ``[{notebook, test, score, max_score}]``) of the submission in the gradebook (``gb``, an
+    open ``nbgrader.api.Gradebook``, or the one at ``db_url``); the test rows in notebook order (none when the
+    submission is not in the gradebook: an invalid notebook)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    if gb is None:
+        with Gradebook(db_url) as gb:
+            return gradebook_scores(db_url, assignment, student, gb)
+    try:
+        submission = gb.find_submission(assignment, student)
+        max_score = gb.find_assignment(assignment).max_score
+    except MissingEntry:
+        try:
+            return 0.0, gb.find_assignment(assignment).max_score, []
+        except MissingEntry:
+            return 0.0, 0.0, []
+    tests = []
+    for nb in sorted(submission.notebooks, key=lambda n: n.name):
+        order = {c.name: i for i, c in enumerate(nb.notebook.source_cells)} if nb.notebook else {}
+        for grade in sorted(nb.grades, key=lambda g: (order.get(g.name, len(order)), g.name)):
+            tests.append({"notebook": nb.name, "test": grade.name, "score": round(float(grade.score or 0), 2),
+                          "max_score": float(grade.max_score or 0)})
+    return round(float(submission.score or 0), 2), float(max_score), tests
+
+
+def render(assignment: str, student: str, *, status, reason: str, score: float, max_score: float, tests: list[dict],
+           findings: SubmissionReport, verdict: dict | None = None, graded_by: str = AUTOGRADE,
+           run: dict | None = None) -> dict:
+    """The report of one submission (``FIELDS``, in order).  ``verdict``: the gradebook's verdict (``verdicts.py``),
+    for the copy suspicion; ``run``: how ``grade.py`` graded it (``seconds``, ``retried``, ``regraded``,
+    ``nbgrader_log``), empty for plain ``nbgrader autograde``."""
+    verdict, run = verdict or {}, run or {}
+    report = {"student_id": student, "assignment": assignment, "score": round(float(score), 2),
+              "max_score": float(max_score), "status": str(status), "reason": reason or "",
+              "similar_to": verdict.get("similar_to") or "", "similarity": verdict.get("similarity") or "",
+              "tests": tests, "files": findings.submitted_files(), "notes": findings.notes(), "graded_by": graded_by,
+              "seconds": run.get("seconds"), "retried": list(run.get("retried") or []),
+              "regraded": run.get("regraded") or "", "nbgrader_log": run.get("nbgrader_log") or ""}
+    assert list(report) == FIELDS
+    return report
+
+
+def markdown(report: dict) -> str:
+    """The report as a page an instructor reads (``<student>.md``)."""
+    lines = [f"# {report['assignment']}: {report['student_id']}", "",
+             f"**{report['score']:g} / {report['max_score']:g}** points, status **{report['status']}**"
+             + (f": {report['reason']}" if report["reason"] else "."), ""]
+    if report["similar_to"]:
+        lines += [f"Copy detection flagged it for review (no score changed): {report['similar_to']} "
+                  f"(similarity {report['similarity']}).", ""]
+    if report["tests"]:
+        lines += ["| notebook | test | points |", "|---|---|---|"]
+        lines += [f"| {t['notebook']} | {t['test']} | {t['score']:g} / {t['max_score']:g} |" for t in report["tests"]]
+        lines.append("")
+    else:
+        lines += ["Not in the gradebook: no test was scored.", ""]
+    named = {"withheld": "Files withheld from grading", "stray": "Other files submitted (listed only)"}
+    notes = {"scan": "Withheld by the scan", "attempts": "What the code tried in the sandbox",
+             "verification": "Where the replay outside the kernel disagreed", "forged": "Altered nbgrader metadata",
+             "stopped": "Why the run stopped", "starved": "The machine's load", "setup_error": "A setup cell failed"}
+    for key, title in named.items():
+        if report["files"].get(key):
+            lines += [f"{title}:", *(f"- {x}" for x in report["files"][key]), ""]
+    for key, title in notes.items():
+        if report["notes"].get(key):
+            lines += [f"{title}:", *(f"- {x}" for x in report["notes"][key]), ""]
+    how = f"Graded by {report['graded_by']}"
+    if report["seconds"] is not None:
+        how += f" in {report['seconds']:g} s"
+    if report["retried"]:
+        how += f"; retried ({'; '.join(report['retried'])})"
+    if report["regraded"]:
+        how += f"; graded again: {report['regraded']}"
+    return "\n".join(lines + [how + "."]) + "\n"
+
+
+def write_report(folder: Path, report: dict) -> Path:
+    """``<folder>/<student>.json`` and its readable ``<student>.md``; returns the JSON's path."""
+    from tfmgrader.files import write_atomic, write_json
+
+    path = Path(folder) / f"{report['student_id']}.json"
+    write_json(path, report)
+    write_atomic(path.with_suffix(".md"), markdown(report))
+    return path
+
+
+def refresh(folder: Path, db_url: str, assignment: str, students: list[str] | None = None) -> list[str]:
+    """Bring the reports in ``folder`` up to date with the gradebook: each test's score (an instructor's manual
+    grade included), the total, and the verdict's status, reason and copy suspicion (``verdicts.py``).  What the
+    grading run found (files, notes, how it ran) stays.  Returns the students whose report was rewritten."""
+    from nbgrader.api import Gradebook
+
+    from tfmgrader import verdicts
+
+    found = verdicts.load(db_url, assignment)
+    done = []
+    with Gradebook(db_url) as gb:
+        for path in sorted(Path(folder).glob("*.json")):
+            if _refresh_one(path, db_url, assignment, students, found, gb):
+                done.append(path.stem)
+    return done
+
+
+def _refresh_one(path: Path, db_url: str, assignment: str, students, found: dict, gb) -> bool:
+    """``refresh`` of one report file; False when it is not a report of ``assignment`` to refresh."""
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(report, dict) or list(report) != FIELDS or report.get("assignment") != assignment \
+            or (students is not None and report.get("student_id") not in students):
+        return False
+    student = report["student_id"]
+    verdict = found.get((assignment, student))
+    if verdict is not None:
+        report.update(status=verdict["status"] or report["status"], reason=verdict["reason"],
+                      similar_to=verdict["similar_to"], similarity=verdict["similarity"])
+    if report["status"] not in (str(Status.INVALID), str(Status.CRASHED)):     # else not scored: 0, as graded
+        report["score"], report["max_score"], report["tests"] = gradebook_scores(db_url, assignment, student, gb)
+    write_report(path.parent, report)
+    return True

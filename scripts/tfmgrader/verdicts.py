@@ -20,7 +20,7 @@ import json
 import time
 
 from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Unicode
+from traitlets import Bool, Unicode
 
 TABLE = "tfm_verdict"
 COLUMNS = ["status", "reason", "similar_to", "similarity"]
@@ -170,10 +170,13 @@ def _set_ours(db_url: str, assignment: str, ours: dict[str, bool]) -> None:
 
 class RecordVerdict(NbGraderPreprocessor):
     """The last autograde preprocessor: the status and reason that this notebook's report gives the submission
-    (``report.SubmissionReport.status``), saved as the submission's verdict (``save``).  ``scripts/grade.py``
-    saves its own verdict after it (a retry, a status only the batch knows)."""
+    (``report.SubmissionReport.status``), saved as the submission's verdict (``save``), and the instructor's report
+    of the submission (``report.render``) in ``grading/<assignment>/reports/``.  ``scripts/grade.py`` saves its own
+    verdict and report after it (a retry, a status only the batch knows, how the run went)."""
 
     report_directory = Unicode("", help="Where the grading reports go.").tag(config=True)
+    write_report = Bool(True, help="Write the instructor's report of the submission (scripts/grade.py writes its "
+                                   "own).").tag(config=True)
 
     def preprocess(self, nb, resources):
         from pathlib import Path
@@ -188,10 +191,22 @@ class RecordVerdict(NbGraderPreprocessor):
         db_url = resources.get("nbgrader", {}).get("db_url")
         if folder is None or not db_url:
             return nb, resources
-        status, reason = SubmissionReport.load(Path(folder) / assignment / f"{student}.json").status({"success": True})
+        findings = SubmissionReport.load(Path(folder) / assignment / f"{student}.json")
+        status, reason = findings.status({"success": True})
         try:
             save(db_url, assignment, student, comment_cell=(notebook, answers[0]) if answers else None,
                  status=str(status), reason=reason)
         except Exception as err:  # noqa: BLE001 - the grade stands; the batch saves the verdict again
             self.log.warning("could not save the grader's verdict of %s/%s: %s", student, assignment, err)
+        path = Path(resources.get("metadata", {}).get("path") or "").resolve()
+        if self.write_report and len(path.parents) > 2:      # <course>/autograded/<student>/<assignment>
+            from tfmgrader import report
+
+            try:
+                score, max_score, tests = report.gradebook_scores(db_url, assignment, student)
+                report.write_report(report.report_folder_of(path.parents[2], assignment), report.render(
+                    assignment, student, status=status, reason=reason, score=score, max_score=max_score,
+                    tests=tests, findings=findings, verdict=load(db_url, assignment).get((assignment, student))))
+            except Exception as err:  # noqa: BLE001 - the grade stands without its report
+                self.log.warning("could not write the report of %s/%s: %s", student, assignment, err)
         return nb, resources
