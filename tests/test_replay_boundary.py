@@ -193,3 +193,27 @@ def test_a_test_cells_bindings_stay_out_of_the_notebook():
     notebook["x"] = 3                       # the learner's cell changes x: the tests keep their own
     check.run_test("z = x\n", notebook, tests)
     assert tests.names["z"] == 2
+
+
+def test_a_copied_read_only_cell_makes_an_invalid_notebook_not_a_crash(tmp_path):
+    """A read-only setup cell duplicated with its metadata: nbgrader's DeduplicateIds emptied one copy's metadata and
+    OverwriteCells then failed with a KeyError (status 'crashed').  It is an invalid notebook, with the reason."""
+    import nbformat
+
+    from tfmgrader.course import check_submission
+    from tfmgrader.report import NotebookReport, Status, SubmissionReport
+
+    setup = nbformat.v4.new_code_cell("import tfmcheck.checking as check")
+    setup.metadata["nbgrader"] = {"grade": False, "grade_id": "setup", "locked": True, "schema_version": 3,
+                                  "solution": False}
+    copied = nbformat.from_dict(setup)
+    copied.id = "a-copy"
+    nb = nbformat.v4.new_notebook(cells=[setup, nbformat.v4.new_code_cell("x = 1"), copied])
+    nbformat.write(nb, tmp_path / "ex.ipynb")
+    reason = check_submission(tmp_path, ["ex.ipynb"])
+    assert reason is not None and "two cells with the nbgrader id 'setup' (cells 1 and 3)" in reason
+    del nb.cells[2]
+    nbformat.write(nb, tmp_path / "ex.ipynb")
+    assert check_submission(tmp_path, ["ex.ipynb"]) is None
+    report = SubmissionReport({"ex": NotebookReport(invalid=reason)})
+    assert report.status({"success": False, "error": "KeyError: 'grade_id'"}) == (Status.INVALID, reason)
