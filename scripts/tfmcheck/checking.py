@@ -52,6 +52,7 @@ from tfmcheck.trace import RandomStateKept as _RandomStateKept, _flatten
 _Tensor = torch.Tensor
 _type = builtins.type
 _isinstance = builtins.isinstance
+_issubclass = builtins.issubclass
 _len = builtins.len
 _float = builtins.float
 _tuple = builtins.tuple
@@ -259,7 +260,7 @@ def assert_number(name, got, expected, rel=1e-6, abs_=0.0, hint=None):
     _no_modes(name)
     if _type(got) is _Tensor and _len(_shape_of(got)) == 0:
         value = _tolist(_detach(got))
-    elif _type(got) in (int, _float) or _type(got).__module__ == "numpy":
+    elif _type(got) in (int, _float) or _type(got) in _trace._NUMPY_SCALARS:     # exact types: no __float__ of theirs
         value = _float(got)
     else:
         _fail(name, f"expected a number (float or 0-d tensor), got {_type(got).__qualname__}", hint)
@@ -533,8 +534,9 @@ def _true_numel(t):
 
 
 def _tensors_in(value, depth=0):
-    """The tensors in an operation's arguments or result: the value itself, or inside tuples, lists and dicts."""
-    if _isinstance(value, _Tensor):
+    """The tensors in an operation's arguments or result: the value itself, or inside tuples, lists and dicts.  A
+    subclass counts (its class's own ``__class__`` is never asked: ``issubclass`` of its exact type)."""
+    if _issubclass(_type(value), _Tensor):
         yield value
     elif depth < 3 and _type(value) in (tuple, list):
         for v in value:
