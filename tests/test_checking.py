@@ -184,6 +184,8 @@ def test_changing_the_mode_stack_is_reported_and_undone(fn):
 def test_the_shortcut_policy_is_frozen():
     names, functions = check.SHORTCUTS["sdpa"]
     assert isinstance(names, frozenset) and isinstance(functions, tuple)
+    with pytest.raises((TypeError, AttributeError)):
+        check.SHORTCUTS.update(sdpa=(frozenset(), ()))
 
 
 def test_unknown_group_is_an_error():

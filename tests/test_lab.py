@@ -9,7 +9,8 @@ notification, none of nbgrader's instructor or exchange tools (Formgrader, Creat
 "Error fetching courses"), and nothing alarming in the server's log ("No nbgrader_config.py", ExchangeError,
 tracebacks).  Validate on the wrong answer names the mistake before the test cell.  Then a chapter is opened and
 run in full, autosave fires (its interval is set to a few seconds here), and the file is byte for byte what it
-was; Validate on the chapter answers with one sentence (issue 20).  A screenshot of each step is written to
+was; Validate on the chapter answers with one sentence (issue 20).  The chapter just opened shows no unsaved
+mark, and after Run All its prose shows the numbers it glues (jupyterlab-myst's inline expressions, issue 35).  A screenshot of each step is written to
 artifacts/test_lab/ (git-ignored; CI keeps it).
 
 The fast tests read the configuration: learner and instructor modes, and the links between chapters and exercises.
@@ -23,6 +24,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -36,6 +38,7 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 EXERCISE = "03_self_attention"
 CHAPTER = "book/01_rnn_limits.md"
 RUN_CHAPTER = "book/03_self_attention.md"  # the chapter the issue-20 learner opened and ran
+VARIANCES = "The measured variances are"  # RUN_CHAPTER's prose with three glued numbers
 WAIT_S = 180
 AUTOSAVE_S = 3  # JupyterLab's autosave interval in this test (the default is 120 s)
 
@@ -200,6 +203,12 @@ class Lab:
         """The active document's tab shows unsaved changes."""
         return self.js("return !!document.querySelector('.lm-TabBar-tab.lm-mod-current.jp-mod-dirty');")
 
+    def prose(self, words):
+        """The rendered text (jupyterlab-myst's .myst) of the active notebook's first Markdown cell with ``words``."""
+        return self.js(ACTIVE + "const c = [...p.querySelectorAll('.jp-MarkdownCell')].find(c => c.textContent.includes("
+                                "arguments[0])); const r = c && c.querySelector('.myst, .jp-MarkdownOutput');"
+                                "return r ? r.textContent : '';", words) or ""
+
     def outputs(self, index):
         return self.js(ACTIVE + "const c = p.querySelectorAll('.jp-CodeCell')[arguments[0]];"
                                 "return c.querySelector('.jp-OutputArea') ? c.querySelector('.jp-OutputArea').textContent : '';",
@@ -300,6 +309,13 @@ def test_learner_loop_in_jupyterlab(lab, browser):
     ui.shot("chapter_opened")
     ui.assert_quiet()
     assert ui.js(ACTIVE + "return p.querySelectorAll('.jp-CodeCell').length;") > 10
+    # its MyST rendered by jupyterlab-myst (issue 35): the admonition as a titled box, citations as the site labels them
+    assert "(Vaswani et al., 2017)" in ui.prose("three wishes"), ui.prose("three wishes")
+    box = ACTIVE + ("const c = [...p.querySelectorAll('.jp-MarkdownCell')].find(c => c.textContent.includes("
+                    "'What the notes say')); c.scrollIntoView(); const t = c.querySelector("
+                    "'.myst aside.myst-admonition .myst-admonition-header-text'); return t && t.textContent;")
+    assert ui.wait(lambda: ui.js(box), "the admonition's box") == "What the notes say — what we measured"
+    ui.shot("chapter_admonition")
     browser.find_element(By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt").click()
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.keys import Keys
@@ -330,7 +346,9 @@ def test_learner_loop_in_jupyterlab(lab, browser):
 def test_a_chapter_opened_and_run_is_left_as_it_is(lab, browser):
     """Issue 20: opening and running a chapter, autosave included, leaves the file byte for byte as it was;
     Validate on the chapter answers with one sentence and leaves the file alone too; a cell the learner edits
-    is saved (editing stays their choice)."""
+    is saved (editing stays their choice).  Issue 35: the chapter just opened shows no unsaved mark, its MyST is
+    rendered, and after Run All its prose shows the glued numbers (a screenshot is copied to the temporary
+    folder, test_lab_glued_numbers.png); Validate's sentence comes without the word "error"."""
     import jupytext
     ui = Lab(browser, lab, first_step=50)
     path = lab["root"] / RUN_CHAPTER
@@ -342,6 +360,13 @@ def test_a_chapter_opened_and_run_is_left_as_it_is(lab, browser):
     ui.open(RUN_CHAPTER, len(code))
     ui.shot("run_chapter_opened")
     ui.assert_quiet()
+    # just opened, its kernel started: nothing changed, so no unsaved mark on the tab (issue 35)
+    time.sleep(2)
+    assert not ui.dirty(), "a chapter just opened shows the unsaved mark"
+    # its MyST is rendered (jupyterlab-myst): no raw roles; the glued numbers show once the cells have run
+    assert "{glue:text}" not in ui.prose(VARIANCES) and "{cite}" not in ui.prose(VARIANCES)
+    assert "(Ba et al., 2016)" in ui.prose(VARIANCES), ui.prose(VARIANCES)
+    assert 'glued("ch3_var_4:.1f")' in ui.prose(VARIANCES), ui.prose(VARIANCES)
 
     ui.run_all(timeout=900)
     # Run All stops at the first error, so the last code cell has a number only when every cell ran cleanly
@@ -349,6 +374,15 @@ def test_a_chapter_opened_and_run_is_left_as_it_is(lab, browser):
                     "return c[c.length - 1].querySelector('.jp-InputPrompt').textContent;"
     ui.wait(lambda: re.search(r"\[\d+\]", ui.js(last) or ""), "the chapter's last cell to have run")
     ui.shot("run_chapter_ran")
+    # the prose shows the numbers the chapter measured, formatted as on the site: Var(q.k) ~ d_k (3.6)
+    ui.js(ACTIVE + "[...p.querySelectorAll('.jp-MarkdownCell')].find(c => c.textContent.includes(arguments[0]))"
+                   ".scrollIntoView();", VARIANCES)
+    measured = ui.wait(lambda: re.search(r"variances are (\d+\.\d),\s+(\d+\.\d)\s+and\s+(\d+)\s+for", ui.prose(VARIANCES)),
+                       "the glued variances in the chapter's prose")
+    shown = ui.shot("run_chapter_glued_numbers")
+    shutil.copy(shown, Path(tempfile.gettempdir()) / "test_lab_glued_numbers.png")
+    assert all(d_k / 2 < float(v) < 2 * d_k for d_k, v in zip((4, 64, 512), measured.groups())), measured.groups()
+    assert "glued(" not in ui.prose(VARIANCES), ui.prose(VARIANCES)
     # autosave fires (every AUTOSAVE_S here), the server leaves the file alone and the tab is clean again
     ui.wait(lambda: skipped() > seen, "an autosave of the chapter", timeout=20 * AUTOSAVE_S)
     ui.wait(lambda: not ui.dirty(), "the chapter's tab to show no unsaved changes", timeout=20 * AUTOSAVE_S)
@@ -360,6 +394,7 @@ def test_a_chapter_opened_and_run_is_left_as_it_is(lab, browser):
     dialog = ui.validate("validate_chapter")
     sentence = "03_self_attention.md is not one of them, so there is nothing to validate here."
     assert sentence in dialog and "Traceback" not in dialog and "NotJSONError" not in dialog, dialog
+    assert "error" not in dialog.lower(), dialog  # the sentence alone (scripts/lab/custom/custom.css)
     ui.close_dialog()
     assert path.read_bytes() == before, "Validate (which saves first) changed the chapter"
 

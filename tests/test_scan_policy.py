@@ -199,3 +199,49 @@ def test_the_scan_lists_library_private_attributes_only_when_an_answer_uses_one(
             "assert '_typed_storage' in library_private_attributes()\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def _scan_as_submission(code: str, assignment: str = "03_self_attention") -> list:
+    """The scan's flags for exercise ``assignment``'s released notebook with every answer wrong and ``code`` after
+    the first one, as ScanSubmission sees it (read-only and test cells by their nbgrader metadata)."""
+    import nbformat
+    from fixtures.make_class import attack
+    from tfmgrader.scan import scan_cells
+    nb = attack(nbformat.read(ROOT / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4), code)
+    learner, setup, tests, graded = {}, [], [], set()
+    for i, cell in enumerate(nb.cells):
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code":
+            continue
+        if meta.get("solution"):
+            learner[i] = cell.source
+            graded |= {n for n in _defined(cell.source)}
+        elif meta.get("grade") or meta.get("locked"):
+            (tests if meta.get("grade") else setup).append(cell.source)
+        else:
+            learner[i] = cell.source
+    return scan_cells(learner, setup, tests, graded)
+
+
+def _defined(src):
+    import ast
+    try:
+        return [n.name for n in ast.parse(scan.to_python(src)).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    except SyntaxError:
+        return []
+
+
+def test_every_attack_the_suite_expects_flagged_is_flagged_by_the_scan_alone():
+    """Every attack of tests/fixtures/attacks that must be flagged (not the templates, which name a class's paths)
+    is flagged by the scan on exercise 3's notebook: seconds, where grading the class takes minutes."""
+    import json
+    index = json.loads((ROOT / "tests" / "fixtures" / "attacks" / "index.json").read_text())
+    missed = []
+    for group in index["groups"]:
+        for e in group["attacks"]:
+            if e["expect"] != "flag" or e.get("template"):
+                continue
+            code = (ROOT / "tests" / "fixtures" / "attacks" / f"{e['kind']}.ipy").read_bytes().decode("utf-8")
+            if not _scan_as_submission(code):
+                missed.append(e["kind"])
+    assert not missed, f"not flagged by the scan: {missed}"

@@ -325,19 +325,45 @@ def test_mathjax_is_served_by_the_site(browser, server):
 def test_sidebar_lists_the_toc_in_order(browser, server):
     visit(browser, server, page_url(ROOT_DOC))
     links = browser.execute_script("""
-        return Array.from(document.querySelectorAll('nav.bd-docs-nav li.toctree-l1 > a.reference.internal'))
+        return Array.from(document.querySelectorAll(
+            'nav.bd-docs-nav li.toctree-l1 > a.reference.internal, nav.bd-docs-nav li.toctree-l2 > a.reference.internal'))
             .map((a) => [a.href, a.textContent.trim()]);""")
     captions = browser.execute_script("""
         return Array.from(document.querySelectorAll('nav.bd-docs-nav p.caption'))
             .map((p) => p.textContent.trim());""")
     shown = [urlsplit(href).path.lstrip("/").removesuffix(".html") for href, _ in links]
-    # The landing page comes first (home_page_in_navbar), then every page of the toc in its order.
+    # The landing page comes first (home_page_in_navbar), then every page of the toc in its order (an exercise
+    # is its chapter's section: a second-level entry right under the chapter).
     assert shown == ALL_PAGES, f"sidebar order differs from {TOC.name}:\n{shown}\n!=\n{ALL_PAGES}"
     assert captions == TOC_CAPTIONS
     # The chapters are numbered 1..9: the notes' order, then chapter 9 putting the pieces together.
     titles = [text for (href, text), doc in zip(links, shown) if doc in CHAPTERS]
     assert len(titles) == len(CHAPTERS) == 9, titles
     assert [t.split(".")[0] for t in titles] == [str(i) for i in range(1, 10)], titles
+
+
+def test_each_chapter_is_followed_by_its_exercise_in_the_toc():
+    """Issue 35: reading in order, exercise N comes after chapter N and before chapter N+1 (no build needed)."""
+    exercises = sorted(f"notebooks/{p.parent.name}/{p.stem}" for p in (ROOT / "notebooks").glob("*/*.ipynb"))
+    assert len(exercises) == len(CHAPTERS) == 9, (exercises, CHAPTERS)
+    for chapter, following in zip(CHAPTERS, CHAPTERS[1:] + [None]):
+        name = chapter.split("/")[-1]
+        at = TOC_PAGES.index(chapter)
+        assert TOC_PAGES[at + 1] == f"notebooks/{name}/{name}", f"{chapter} is not followed by its exercise"
+        assert following is None or TOC_PAGES[at + 2] == following, f"more than the exercise between {chapter} and {following}"
+    assert set(exercises) <= set(TOC_PAGES)
+
+
+def test_next_and_previous_follow_the_reading_order(site_dir):
+    """Each page's "next" button leads to the page after it in the toc (chapter N, exercise N, chapter N+1 ...) and
+    "previous" back (read from the built pages' footers)."""
+    def link(docname, side):
+        html = (site_dir / f"{docname}.html").read_text(encoding="utf8")
+        found = re.search(rf'<a class="{side}"\s+href="([^"]+)"', html)
+        return found and urlsplit(urljoin(f"http://site/{docname}.html", found[1])).path.lstrip("/").removesuffix(".html")
+    for before, after in zip(ALL_PAGES, ALL_PAGES[1:]):
+        assert link(before, "right-next") == after, f"next after {before}: {link(before, 'right-next')}, not {after}"
+        assert link(after, "left-prev") == before, f"previous before {after}: {link(after, 'left-prev')}, not {before}"
 
 
 def test_search_finds_attention(browser, server):

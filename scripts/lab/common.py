@@ -30,11 +30,21 @@ def configure(c, instructor: bool, hub: bool = False):
     # Jupytext's contents manager, except that a chapter is written only when one of its cells changed:
     # opening and running it leaves book/*.md as they are (course_lab.py).
     c.ServerApp.contents_manager_class = ChapterKeepingContentsManager
+    # The kernels this server starts inherit its environment: each runs kernel_startup.py first, which keeps what
+    # a chapter glues so that its prose shows the numbers in the Lab (course_lab.py); a PYTHONSTARTUP of the
+    # learner's own is kept and run after it.
+    startup = os.path.join(REPO, "scripts", "lab", "kernel_startup.py")
+    if os.environ.get("PYTHONSTARTUP", startup) != startup:
+        os.environ["COURSE_PYTHONSTARTUP"] = os.environ["PYTHONSTARTUP"]
+    os.environ["PYTHONSTARTUP"] = startup
     # The file browser shows the course (book/, notebooks/, tfmlib/, ...), not what a build leaves (_build/, the
     # package's *.egg-info/, artifacts/) nor, for learners, the instructor's solutions/ (nbgrader's source).  Hidden
     # from the listing only: a path typed in full still opens.
     hidden = ["_build", "*.egg-info", "artifacts", ".pytest_cache"] + ([] if instructor else ["solutions"])
     c.ContentsManager.hide_globs = ["__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "*.so", "*.dylib", *hidden]
+    # The course's CSS (scripts/lab/custom/custom.css, put first on the custom path by course_lab): Validate's
+    # answer on a chapter reads as the sentence it is, not as an error.
+    c.LabApp.custom_css = True
     # nbgrader's server extensions: Validate for everyone, served by course_lab (nbgrader's handler, plus a
     # sentence on chapters and the named mistake first on failures); the instructor's tools only for instructors.
     c.ServerApp.jpserver_extensions = {

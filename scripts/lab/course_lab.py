@@ -1,6 +1,6 @@
 """The course's own pieces of `make lab` / `make lab-instructor` (loaded by common.py).
 
-Two things JupyterLab, Jupytext and nbgrader do not do by themselves:
+What JupyterLab, Jupytext and nbgrader do not do by themselves:
 
 - **Chapters stay as they are.**  book/*.md open as Jupytext notebooks.  JupyterLab marks a notebook modified as
   soon as its kernel starts (it records the kernel in the notebook's metadata) and autosaves it two minutes
@@ -9,16 +9,32 @@ Two things JupyterLab, Jupytext and nbgrader do not do by themselves:
   writes a text notebook only when a cell's type or source (or Jupytext's own settings, e.g. pairing) differs
   from the file on disk: opening and running a chapter never touches it; editing a cell and saving is the
   learner's choice and is written.
+- **Chapters show their glued numbers.**  The book's prose writes a measured number as myst_nb's
+  ``{glue:text}`name:.2f```, which no JupyterLab renderer knows.  On its way to the Lab a chapter's Markdown cells
+  say ``{eval}`glued("name:.2f")``` instead: jupyterlab-myst (which renders the cells' MyST: admonitions,
+  citations, math) evaluates that inline expression in the kernel when the cell runs, and ``glued`` (defined by
+  kernel_startup.py) formats the value the chapter glued under that name as the book does.  On the way back
+  (save) the role is written as it was, and jupyterlab-myst's record of the results (the cells'
+  ``user_expressions`` metadata) is left out, so the file stays what the book builds.  Citations likewise: a
+  ``{cite:t}`key``` role shows as "Author et al. (2017)", a link to the references page (jupyterlab-myst has no
+  bibliography and would show the bare key), and is written back as the role.
+- **A chapter just opened is not "modified".**  JupyterLab writes the kernel's name and language into a
+  notebook's metadata when the kernel starts, and a change marks the tab with the unsaved "●".  A text notebook
+  is handed to the Lab with the metadata the kernel will report (its kernel spec's display name, ipykernel's
+  language_info), so nothing changes until the learner does something.
 - **Validate answers on every notebook.**  nbgrader's Validate button sits in every notebook's toolbar.  On a
   chapter or any notebook without nbgrader cells it now answers with one sentence saying what it validates
   (instead of a ``NotJSONError`` traceback); on an exercise, a failed test shows the named mistake first, then
-  the test cell and the traceback.  (Hiding the button on chapters would need a JupyterLab front-end extension:
+  the test cell and the traceback.  nbgrader's dialog heads that sentence with "There was an error running the
+  validate command:"; the course's custom.css (served from scripts/lab/custom/) hides that heading, so the
+  learner reads the sentence alone.  (Hiding the button on chapters would need a JupyterLab front-end extension:
   nothing in a chapter's panel tells it from an exercise's to CSS or settings.)
 """
 from __future__ import annotations
 
 import html
 import json
+import re
 import traceback
 from pathlib import Path
 
@@ -36,23 +52,137 @@ NOT_AN_EXERCISE = ("Validate checks the course's exercises (notebooks/NN_name/NN
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Chapters: no write unless a cell changed
+# Chapters: glued numbers as inline expressions in the Lab, no write unless a cell changed
 # --------------------------------------------------------------------------------------------------------------
+# A role's content is myst_nb's "name" or "name:format"; quotes, backslashes and backticks are left alone (the
+# chapters have none), so each rewrite is undone exactly by the other.
+GLUE_ROLE = re.compile(r"\{glue:text\}`([^`\"\\\n]+)`")
+GLUED_EXPRESSION = re.compile(r"\{eval\}`glued\(\"([^`\"\\\n]+)\"\)`")
+
+
+def glue_to_eval(source: str) -> str:
+    """The Lab's view of a chapter's Markdown: each ``{glue:text}`role``` as ``{eval}`glued("role")```."""
+    return GLUE_ROLE.sub(lambda m: '{eval}`glued("%s")`' % m[1], source)
+
+
+def eval_to_glue(source: str) -> str:
+    """The file's text again: each ``{eval}`glued("role")``` as ``{glue:text}`role```."""
+    return GLUED_EXPRESSION.sub(lambda m: "{glue:text}`%s`" % m[1], source)
+
+
+# Citations: jupyterlab-myst has no bibliography, so ``{cite:t}`key``` would show the bare key.  In the Lab the role
+# becomes a link to the references page labelled as the site labels it (author-year); the role itself rides in
+# the link's title, which gives it back exactly on save.
+CITE_ROLE = re.compile(r"\{cite(?::(p|t))?\}`([^`\"\n]+)`")
+CITE_LINK = re.compile(r'\[[^\]\n]*\]\(appendix/references\.md "(\{cite(?::[pt])?\}`[^`"\n]+`)"\)')
+
+
+def citation_labels(bibfile: Path) -> dict:
+    """key -> (authors, year) as the site's author-year labels have them: "Vaswani et al.", "Press and Lewis"."""
+    import latexcodec  # noqa: F401  (registers the "latex" codec)
+    from pybtex.database import parse_file
+
+    def last(person):
+        return re.sub(r"[{}]", "", " ".join(person.last_names).encode().decode("latex"))
+
+    labels = {}
+    for key, entry in parse_file(str(bibfile)).entries.items():
+        people = [last(p) for p in entry.persons.get("author", [])]
+        names = people[0] if len(people) == 1 else " and ".join(people) if len(people) == 2 else f"{people[0]} et al."
+        labels[key] = (names, entry.fields.get("year", ""))
+    return labels
+
+
+def cite_to_link(source: str, labels: dict) -> str:
+    """Each ``{cite}``/``{cite:p}`` as "(Author et al., 2017)" and ``{cite:t}`` as "Author et al. (2017)", a link to
+    the references page; a role with a key the bibliography lacks is left as it is."""
+    def link(m):
+        keys = [k.strip() for k in m[2].split(",")]
+        if not all(k in labels for k in keys):
+            return m[0]
+        if m[1] == "t":
+            text = "; ".join(f"{labels[k][0]} ({labels[k][1]})" for k in keys)
+        else:
+            text = "(" + "; ".join(f"{labels[k][0]}, {labels[k][1]}" for k in keys) + ")"
+        return f'[{text}](appendix/references.md "{m[0]}")'
+    return CITE_ROLE.sub(link, source)
+
+
+def link_to_cite(source: str) -> str:
+    """The file's text again: each citation link as the role in its title."""
+    return CITE_LINK.sub(lambda m: m[1], source)
+
+
+def _text(source) -> str:
+    return "".join(source) if isinstance(source, list) else source
+
+
+def _is_text_notebook(model, path) -> bool:
+    return model.get("type") == "notebook" and model.get("content") is not None and not path.endswith(".ipynb")
+
+
 def _edits(notebook) -> tuple:
     """What a learner changes on purpose: the (type, source) of each cell, and Jupytext's own settings (pairing,
     filters; chosen in its menu).  Outputs, the kernel's details and other metadata are left out."""
-    cells = [(c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"])
-             for c in notebook["cells"]]
+    cells = [(c["cell_type"], _text(c["source"])) for c in notebook["cells"]]
     settings = {k: v for k, v in notebook.get("metadata", {}).get("jupytext", {}).items() if k != "text_representation"}
     return cells, settings
 
 
 class ChapterKeepingContentsManager(build_async_jupytext_contents_manager_class(AsyncLargeFileManager)):
-    """Jupytext's contents manager that does not rewrite a text notebook whose cells are unchanged."""
+    """Jupytext's contents manager that shows a text notebook's glued numbers as inline expressions and does not
+    rewrite it when its cells are unchanged."""
+
+    async def get(self, path, content=True, type=None, format=None, **kwargs):
+        """Jupytext's model; in a text notebook (a chapter), the Markdown cells' glue roles as expressions."""
+        model = await super().get(path, content=content, type=type, format=format, **kwargs)
+        if _is_text_notebook(model, path.strip("/")):
+            self._as_the_kernel_reports(model["content"]["metadata"])
+            labels = self._citation_labels(path.strip("/"))
+            for cell in model["content"]["cells"]:
+                if cell["cell_type"] == "markdown":
+                    cell["source"] = cite_to_link(glue_to_eval(_text(cell["source"])), labels)
+        return model
+
+    def _citation_labels(self, path) -> dict:
+        """The labels of the references.bib beside the text notebook (the chapters'), or none."""
+        bib = (Path(self.root_dir) / path).parent / "references.bib"
+        if not (bib.is_file() and (bib.parent / "appendix" / "references.md").is_file()):
+            return {}
+        try:
+            return citation_labels(bib)
+        except Exception as err:  # no or a broken bibliography: the roles stay as they are
+            self.log.warning("%s: citations left as roles (%s)", bib, err)
+            return {}
+
+    def _as_the_kernel_reports(self, metadata) -> None:
+        """Fill in ``kernelspec`` and ``language_info`` as JupyterLab will once the kernel has started (the same
+        values leave the notebook unmodified).  A kernel other than ipykernel's is left to the Lab."""
+        spec = metadata.get("kernelspec") or {}
+        try:
+            manager = getattr(self.parent, "kernel_spec_manager", None)
+            if manager is None:
+                from jupyter_client.kernelspec import KernelSpecManager
+                manager = KernelSpecManager()
+            found = manager.get_kernel_spec(spec.get("name", "python3"))
+        except Exception:  # no such kernel here: the Lab asks the learner to choose one
+            return
+        if found.language != "python" or "ipykernel" not in " ".join(found.argv):
+            return
+        from ipykernel.ipkernel import IPythonKernel
+        metadata["kernelspec"] = {"name": spec.get("name", "python3"), "display_name": found.display_name,
+                                  "language": found.language}
+        metadata["language_info"] = json.loads(json.dumps(IPythonKernel.language_info))
 
     async def save(self, model, path=""):
-        """Save as Jupytext does, except a text notebook (a chapter) whose cells equal the file's: left alone."""
+        """Save as Jupytext does, except a text notebook (a chapter) whose cells equal the file's: left alone.
+        A text notebook's expressions go back to glue roles, without jupyterlab-myst's results."""
         path = path.strip("/")
+        if _is_text_notebook(model, path):
+            for cell in model["content"]["cells"]:
+                if cell["cell_type"] == "markdown":
+                    cell["source"] = link_to_cite(eval_to_glue(_text(cell["source"])))
+                    cell.get("metadata", {}).pop("user_expressions", None)
         if await self._unchanged_text_notebook(model, path):
             self.log.info("%s: no cell changed, the file is left as it is", path)
             return await self.get(path, content=False)
@@ -60,12 +190,12 @@ class ChapterKeepingContentsManager(build_async_jupytext_contents_manager_class(
 
     async def _unchanged_text_notebook(self, model, path) -> bool:
         """True for a notebook model of an existing non-.ipynb file whose cells are those of the file."""
-        if model.get("type") != "notebook" or model.get("content") is None or path.endswith(".ipynb"):
+        if not _is_text_notebook(model, path):
             return False
         if not await self.file_exists(path):
             return False
         try:
-            on_disk = await self.get(path, content=True, type="notebook")
+            on_disk = await super().get(path, content=True, type="notebook")  # the file's roles
         except Exception:  # an unreadable file: let Jupytext's save decide and report
             return False
         return _edits(on_disk["content"]) == _edits(model["content"])
@@ -130,9 +260,11 @@ class CourseValidateHandler(ValidateAssignmentHandler):
 
 
 def _load_jupyter_server_extension(app):
-    """Serve Validate (nbgrader's two URLs) with ``CourseValidateHandler``."""
+    """Serve Validate (nbgrader's two URLs) with ``CourseValidateHandler``, and the course's custom.css."""
     from jupyter_server.utils import url_path_join
     base = app.web_app.settings["base_url"]
+    # JupyterLab's /custom/ handler searches this list (the same object, whichever extension loads first)
+    app.web_app.settings["static_custom_path"].insert(0, str(Path(__file__).resolve().parent / "custom"))
     app.web_app.settings["root_dir"] = app.root_dir
     app.web_app.add_handlers(".*$", [(url_path_join(base, r"/assignments/validate"), CourseValidateHandler),
                                      (url_path_join(base, r"/nbgrader_version"), NbGraderVersionHandler)])

@@ -359,8 +359,9 @@ def functions_of(obj):
 
 #: group name -> (built-in names that must not be called, Python functions whose code must not run),
 #: resolved from ``SHORTCUT_POLICY`` when this module is imported (before any learner code runs).
-SHORTCUTS = {group: (frozenset(names), _tuple(f for path in paths for f in functions_of(resolve_dotted(path))))
-             for group, (names, paths) in SHORTCUT_POLICY.items()}
+SHORTCUTS = types.MappingProxyType(
+    {group: (frozenset(names), _tuple(f for path in paths for f in functions_of(resolve_dotted(path))))
+     for group, (names, paths) in SHORTCUT_POLICY.items()})
 
 
 def shortcut_names():
@@ -622,11 +623,9 @@ def _malloc_gives_back_large_blocks():
     where the process still holds them, so the memory held would depend on what ran before (a test's reference, an
     earlier answer) rather than on what the learner's function keeps.  No-op where there is no glibc."""
     import ctypes
-    import ctypes.util
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+        mallopt = ctypes.CDLL(None).mallopt     # the process's own symbols (no ctypes.util: it starts programs)
+    except (OSError, AttributeError, TypeError):
         return
     m_trim_threshold, m_mmap_threshold = -1, -3
     mallopt(m_mmap_threshold, 128 * 1024)

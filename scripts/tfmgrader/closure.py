@@ -284,6 +284,11 @@ def kernel_names() -> set[str]:
         from ipykernel.zmqshell import ZMQInteractiveShell
         for cls in (ZMQInteractiveShell, IPythonKernel, ZMQShellDisplayHook):
             names |= _names(cls)
+    with contextlib.suppress(Exception):    # what IPython's display hands a _repr_pretty_ method (refused too)
+        import io
+
+        from IPython.lib.pretty import RepresentationPrinter
+        names |= _names(RepresentationPrinter(io.StringIO()))
     return {n for n in names if isinstance(n, str) and n.isidentifier()}
 
 

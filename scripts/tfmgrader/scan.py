@@ -120,8 +120,13 @@ def is_ipython_name(name: str) -> bool:
 ALLOWED_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module", "torch.autograd.Function",
                  "torch.autograd.function.Function"}
 ALLOWED_DUNDER_DEFS = {"__init__", "__call__", "__repr__"}
+# Methods that libraries call on an object by these names, with objects of their own as arguments (IPython's
+# display protocol: `_repr_pretty_(self, printer, cycle)`, `_repr_html_` ..., `_ipython_display_`): refused, as
+# are all `_name_` forms.
+CALLBACK_PREFIXES = ("_repr_", "_ipython_")
 _FORMAT_FIELD = re.compile(r"\{[^{}]*[.\[]\s*_")
 _DUNDER_STRING = re.compile(r"__\w+__")
+_FORMAT_ATTRIBUTE = re.compile(r"\{[^{}]*\.\s*_")   # a format field reading an attribute that starts with '_'
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,13 @@ def _imported(alias: ast.alias, module: str | None, level: int = 0) -> tuple[str
     return alias.asname or alias.name, f"import:{'.' * level}{module}.{alias.name}"
 
 
+def merge_binding(previous: str | None, what: str) -> str:
+    """What a name bound in two places is: the same kind of binding keeps its kind (``import torch`` in two cells,
+    a function defined twice); two different kinds (a class, then ``Base = warnings.catch_warnings``; an import, then
+    a value) leave only a plain value, whose privileges (a base class, a module alias) none of them gets."""
+    return what if previous is None or previous == what else "value"
+
+
 class _Binder(ast.NodeVisitor):
     """Names bound directly in one scope (nested scopes contribute only their own name)."""
 
@@ -169,7 +181,7 @@ class _Binder(ast.NodeVisitor):
         self.declared_global: set[str] = set()
 
     def bind(self, name, what="value"):
-        self.names.setdefault(name, what)
+        self.names[name] = merge_binding(self.names.get(name), what)
 
     def visit_Name(self, node):
         if isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -495,11 +507,14 @@ class _Scope:
         """A statement of this body before the current one binds ``name`` unconditionally."""
         simple = (ast.Assign, ast.AnnAssign, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import,
                   ast.ImportFrom)
+        bound = False
         for item in self.node.body[:self.position]:
-            if isinstance(item, simple) and not (isinstance(item, ast.AnnAssign) and item.value is None) \
+            if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Del) for n in ast.walk(item)):
+                bound = False       # 'del name' (even in a branch): Python may read the name from outside again
+            elif isinstance(item, simple) and not (isinstance(item, ast.AnnAssign) and item.value is None) \
                     and name in bound_names(ast.Module(body=[item], type_ignores=[])):
-                return True
-        return False
+                bound = True
+        return bound
 
     def symbol(self, name):
         """The symbol table's entry for ``name`` in this scope, or None (a name the table does not list, e.g. in
@@ -606,6 +621,9 @@ class _Checker(ast.NodeVisitor):
         if node.name.startswith("__"):
             if not (node.name in ALLOWED_DUNDER_DEFS and self.stack[-1].kind == "class"):
                 self.flag(node, f"defines '{node.name}' (a dunder method can change how the tests see values)")
+        elif node.name.startswith(CALLBACK_PREFIXES) or (node.name.startswith("_") and node.name.endswith("_")):
+            self.flag(node, f"defines '{node.name}', a name that libraries call by themselves (IPython's display "
+                            f"protocol and the like hand the method objects of their own); choose another name")
         else:
             self._check_store_name(node, node.name)
         for d in node.decorator_list:
@@ -739,6 +757,16 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Call(self, node):
         callee = self._callee(node.func)
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("format", "format_map"):
+            template = node.func.value
+            if isinstance(template, ast.Name) and template.id == "str" and node.args:
+                template = node.args[0]
+            if not (isinstance(template, ast.Constant) and isinstance(template.value, str)):
+                self.flag(node, f"calls .{node.func.attr}() on a template made at run time (a format field reads "
+                                f"attributes by name); use an f-string or a constant template")
+            elif _FORMAT_ATTRIBUTE.search(template.value):
+                self.flag(node, "formats a field that reads a private or dunder attribute ('{0._x}'); use an "
+                                "f-string on your own values")
         if callee in ("functools.wraps", "functools.update_wrapper") and \
                 (node.keywords or len(node.args) > (1 if callee.endswith("wraps") else 2)):
             self.flag(node, f"passes attribute names to {callee} (it reads and sets attributes named by strings); "
@@ -832,14 +860,10 @@ class _Checker(ast.NodeVisitor):
         if name.startswith("__"):
             self.flag(node, f"binds the dunder name '{name}'")
         if self.stack[-1].kind != "module" and name not in self.stack[-1].declared_global:
-            return          # a local of the learner's own function or class
-        if is_ipython_name(name):
-            self.flag(node, f"binds '{name}', a name IPython gives the notebook; choose another name")
-        elif name in self.ctx.protected and not (what and self.ctx.protected[name] == what):
-            self.flag(node, f"rebinds '{name}', which the notebook's read-only cells define")
-        elif name in dir(builtins):
-            self.flag(node, f"rebinds the built-in '{name}' for the whole notebook, tests included; "
-                            f"choose another name")
+            return          # a local of the learner's own function or class (global_bindings sees the rest)
+        reason = store_problem(self.ctx, name, what)
+        if reason:
+            self.flag(node, reason)
 
     # attributes ----------------------------------------------------------------------------------------
     def _dotted(self, node) -> str | None:
@@ -926,6 +950,10 @@ class _Checker(ast.NodeVisitor):
                                 f"array, a number, a string or a container, nor one the answer defines")
         elif self._own_base(getattr(node, "value", None)):
             return
+        elif self._method_parameter(getattr(node, "value", None)):
+            self.flag(node, f"uses the attribute '{attr}' on a value that is not provably your own, a parameter "
+                            f"of a method (whoever calls a method chooses its arguments); read your attributes "
+                            f"through self, or pass the value itself")
         elif attr in reachable_attribute_names():
             self.flag(node, f"uses the attribute '{attr}' on a value that is not provably your own: your code "
                             f"defines it, but objects of PyTorch, NumPy or Python have an attribute of that name "
@@ -990,6 +1018,24 @@ class _Checker(ast.NodeVisitor):
             return decorators <= {"property", "classmethod"} and not rebound
         return False
 
+    def _method_parameter(self, base) -> bool:
+        """``base`` is a parameter (not the first, ``self``) of a method: a function defined in a class body, which
+        the class's callers and any library protocol may call with values of their own."""
+        if not isinstance(base, ast.Name):
+            return False
+        for k in range(len(self.stack) - 1, 0, -1):
+            scope = self.stack[k]
+            if scope.kind == "class":
+                continue
+            sym = scope.symbol(base.id)
+            if sym is None or sym.is_global():
+                return False
+            if sym.is_free():
+                continue
+            return sym.is_parameter() and isinstance(scope.node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and self.stack[k - 1].kind == "class"
+        return False
+
     def _is_super_init(self, node) -> bool:
         v = getattr(node, "value", None)
         return isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super"
@@ -1039,6 +1085,18 @@ class _Checker(ast.NodeVisitor):
             self.flag(node, f"uses the string '{node.value}', the name of a dunder (reflection by name)")
 
 
+def store_problem(ctx: "_Context", name: str, what: str | None) -> str | None:
+    """Why binding ``name`` (as ``what``: 'import:<path>', 'def', 'value') in the notebook's namespace is refused,
+    or None."""
+    if is_ipython_name(name):
+        return f"binds '{name}', a name IPython gives the notebook; choose another name"
+    if name in ctx.protected and not (what and what.startswith("import:") and ctx.protected[name] == what):
+        return f"rebinds '{name}', which the notebook's read-only cells define"
+    if name in dir(builtins):
+        return f"rebinds the built-in '{name}' for the whole notebook, tests included; choose another name"
+    return None
+
+
 class _Context:
     def __init__(self, setup: dict[str, str], tests: dict[str, str], learner_top: dict[str, str], graded: set[str]):
         self.graded = set(graded)
@@ -1070,6 +1128,36 @@ def own_attributes(trees) -> set[str]:
                         targets = item.targets if isinstance(item, ast.Assign) else [item.target]
                         names |= {t.id for t in targets if isinstance(t, ast.Name)}
     return {n for n in names if not n.startswith("__") and n not in FRAME_ATTRIBUTES}
+
+
+def global_bindings(tables: dict) -> set[str]:
+    """Every name a cell binds in the notebook's namespace, as Python's own symbol table says: whatever the form
+    (assignment, ``for``, ``with … as``, ``except … as``, a ``match`` capture, ``import``, ``def``, ``class``,
+    ``del``), and also from inside a function (``global``) or a comprehension (``:=`` reaches the enclosing
+    scope).  ``tables``: ``symbol_tables`` of the cell."""
+    names = set()
+    for table in tables.values():
+        for sym in table.get_symbols():
+            if table.get_type() == "module":
+                if sym.is_local() or sym.is_imported() or sym.is_assigned():
+                    names.add(sym.get_name())
+            elif sym.is_global() and (sym.is_assigned() or sym.is_imported()):
+                names.add(sym.get_name())
+    return names
+
+
+def binding_line(tree: ast.AST, name: str) -> int:
+    """The first line of ``tree`` that binds ``name`` (any form), or 1."""
+    lines = []
+    for node in ast.walk(tree):
+        bound = ((isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load) and node.id)
+                 or (isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar, ast.FunctionDef,
+                                       ast.AsyncFunctionDef, ast.ClassDef)) and node.name)
+                 or (isinstance(node, ast.MatchMapping) and node.rest))
+        if bound == name or (isinstance(node, (ast.Import, ast.ImportFrom))
+                             and any((a.asname or a.name.split(".")[0]) == name for a in node.names)):
+            lines.append(getattr(node, "lineno", 1))
+    return min(lines, default=1)
 
 
 def _names_of(sources: list[str]) -> dict[str, str]:
@@ -1104,9 +1192,11 @@ def scan_cells(learner: dict[int, str], setup: list[str], tests: list[str], grad
         except Exception as err:  # noqa: BLE001 - anything the transformer cannot read is withheld
             flags.append(Flag(index, 1, f"could not be read ({type(err).__name__}); the cell was withheld"))
     learner_top: dict[str, str] = {}
-    for tree in trees.values():
+    for index, tree in trees.items():
         for name, what in bound_names(tree).items():
-            learner_top.setdefault(name, what)
+            learner_top[name] = merge_binding(learner_top.get(name), what)
+        for name in global_bindings(tables[index]) - set(bound_names(tree)):
+            learner_top[name] = merge_binding(learner_top.get(name), "value")
     ctx = _Context(_names_of(setup), _names_of(tests), learner_top, set(graded_names))
     ctx.learner_attributes = own_attributes(trees.values())
     ctx.class_members = class_members(trees.values())
@@ -1114,5 +1204,9 @@ def scan_cells(learner: dict[int, str], setup: list[str], tests: list[str], grad
     for index, tree in trees.items():
         checker = _Checker(index, ctx, tables[index])
         checker.run(tree)
-        flags += checker.flags
+        for name in sorted(global_bindings(tables[index])):
+            reason = store_problem(ctx, name, bound_names(tree).get(name, "value"))
+            if reason:
+                checker.flag(ast.Pass(lineno=binding_line(tree, name)), reason)
+        flags += list(dict.fromkeys(checker.flags))
     return flags
