@@ -40,7 +40,6 @@ _type, _isinstance, _len, _repr = builtins.type, builtins.isinstance, builtins.l
 _Tensor, _Generator = torch.Tensor, torch.Generator
 _Parameter = torch.nn.Parameter
 _TENSOR_TYPES = (_Tensor, _Parameter)
-_FUNCTION_TYPES = (types.FunctionType, types.BuiltinFunctionType)
 _NUMBER_TYPES = (bool, int, float, complex, str, bytes)
 #: NumPy's scalar types, decided by exact type: their ``item`` is NumPy's own (a subclass is opaque).
 _NUMPY_SCALARS = (numpy.bool_, numpy.int8, numpy.int16, numpy.int32, numpy.int64, numpy.uint8, numpy.uint16,
