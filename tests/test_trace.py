@@ -74,7 +74,7 @@ def test_replay_serves_what_was_recorded(tmp_path):
         rep.record(((x,), {}))
 
 
-def test_replay_checks_the_inputs_and_restores_state(tmp_path):
+def test_replay_checks_the_inputs_and_takes_no_state_from_the_trace(tmp_path):
     x = torch.zeros(3)
 
     def noisy(t):
@@ -82,14 +82,16 @@ def test_replay_checks_the_inputs_and_restores_state(tmp_path):
         return torch.rand(2)             # and consumes the global generator
     torch.manual_seed(0)
     (records, _), _ = record_run(tmp_path, [("a", noisy, (x,))])
-    after_call = torch.rand(1)
+    torch.manual_seed(0)
+    untouched = torch.rand(1)
     torch.manual_seed(0)
     y = torch.zeros(3)
     rep = trace.Replayer(records)
     rep.begin("a")
-    rep.record(((y,), {}))
-    assert torch.equal(y, torch.ones(3)), "the in-place change is replayed"
-    assert torch.equal(torch.rand(1), after_call), "the global generator continues where the learner left it"
+    with pytest.raises(trace.InputChanged, match="changed one of its input tensors in place"):
+        rep.record(((y,), {}))
+    assert torch.equal(y, torch.zeros(3)), "the test's own input is left as it was"
+    assert torch.equal(torch.rand(1), untouched), "the replay's random state is its own"
     rep.begin("a")
     with pytest.raises(trace.TraceError, match="arguments of this call differ"):
         rep.record(((torch.ones(5),), {}))

@@ -50,6 +50,7 @@ from torch import nn
 from tfmcheck import SECRET_ENV as _SECRET_ENV
 from tfmcheck import trace as _trace
 from tfmcheck.standins import standing_in as _standing_in
+from tfmcheck.trace import RandomStateKept as _RandomStateKept, _flatten
 
 # ---------------------------------------------------------------------------------------------------------
 # Trusted copies, bound when the setup cell imports this module (before any learner code runs).
@@ -57,6 +58,7 @@ from tfmcheck.standins import standing_in as _standing_in
 _Tensor = torch.Tensor
 _type = builtins.type
 _isinstance = builtins.isinstance
+_issubclass = builtins.issubclass
 _len = builtins.len
 _float = builtins.float
 _tuple = builtins.tuple
@@ -264,7 +266,7 @@ def assert_number(name, got, expected, rel=1e-6, abs_=0.0, hint=None):
     _no_modes(name)
     if _type(got) is _Tensor and _len(_shape_of(got)) == 0:
         value = _tolist(_detach(got))
-    elif _type(got) in (int, _float) or _type(got).__module__ == "numpy":
+    elif _type(got) in (int, _float) or _type(got) in _trace._NUMPY_SCALARS:     # exact types: no __float__ of theirs
         value = _float(got)
     else:
         _fail(name, f"expected a number (float or 0-d tensor), got {_type(got).__qualname__}", hint)
@@ -495,8 +497,8 @@ def call(fn, *args, forbid=("tfmlib",), allow=(), **kwargs):
         raise CheckFailure(f"{fn!r} is not a function; run the cell that defines it first")
 
     def run():  # a function built on another graded one runs on a trusted stand-in for it (tfmcheck.standins)
-        with _inputs_kept(args, kwargs), _standing_in(fn, _absent) as trusted, \
-                forbid_shortcuts(*forbid, allow=(*allow, *trusted)):
+        with _inputs_kept(args, kwargs), _RandomStateKept(_flatten((args, kwargs))), \
+                _standing_in(fn, _absent) as trusted, forbid_shortcuts(*forbid, allow=(*allow, *trusted)):
             return fn(*args, **kwargs)
     return run() if _MODE is None else _MODE.record((args, kwargs), run)
 
@@ -512,12 +514,14 @@ def _absent(name):
 
 class _inputs_kept:
     """The learner's function must leave the test's tensors as it got them: one changed in place (``q.zero_()``,
-    ``x /= 2``) fails the call, here and when the record is replayed, so no test ever checks a result against
-    a reference computed from inputs the function altered."""
+    ``x /= 2``) fails the call, here and when the record is replayed (a record saying so fails there too), so no
+    test ever checks a result against a reference computed from inputs the function altered.  The test's tensors
+    are found by exact type and compared with no torch function or dispatch mode running (``trace._plain``)."""
 
     def __init__(self, args, kwargs):
-        self.tensors = [t for t in _tensors_in((_tuple(args), kwargs))]
-        self.before = [_detach(t).clone() for t in self.tensors]
+        self.tensors = _trace._tensors(_flatten((args, kwargs)))
+        with _trace._plain():
+            self.before = [_detach(t).clone() for t in self.tensors]
 
     def __enter__(self):
         return self
@@ -525,15 +529,14 @@ class _inputs_kept:
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None:
             return False
-        for t, b in zip(self.tensors, self.before):
-            now = _detach(t)
-            same = _tuple(_shape_of(now)) == _tuple(_shape_of(b)) and _dtype_of(now) == _dtype_of(b) and (
-                _allclose(now, b, rtol=0, atol=0, equal_nan=True) if _dtype_of(b).is_floating_point
-                or _dtype_of(b).is_complex else _equal(now, b))
-            if not same:
-                raise CheckFailure(f"your function changed one of its input tensors in place (shape "
-                                   f"{_tuple(_shape_of(b))}): compute on new tensors (x = x / 2, not x /= 2 or "
-                                   f"x.div_(2)), or on a copy (x.clone())")
+        with _trace._plain():
+            for t, b in zip(self.tensors, self.before):
+                now = _detach(t)
+                same = _tuple(_shape_of(now)) == _tuple(_shape_of(b)) and _dtype_of(now) == _dtype_of(b) and (
+                    _allclose(now, b, rtol=0, atol=0, equal_nan=True) if _dtype_of(b).is_floating_point
+                    or _dtype_of(b).is_complex else _equal(now, b))
+                if not same:
+                    raise CheckFailure(_trace.changed_input_message(_shape_of(b)))
         return False
 
 
@@ -547,8 +550,9 @@ def _true_numel(t):
 
 
 def _tensors_in(value, depth=0):
-    """The tensors in an operation's arguments or result: the value itself, or inside tuples, lists and dicts."""
-    if _isinstance(value, _Tensor):
+    """The tensors in an operation's arguments or result: the value itself, or inside tuples, lists and dicts.  A
+    subclass counts (its class's own ``__class__`` is never asked: ``issubclass`` of its exact type)."""
+    if _issubclass(_type(value), _Tensor):
         yield value
     elif depth < 3 and _type(value) in (tuple, list):
         for v in value:
@@ -695,7 +699,7 @@ def peak_memory(fn, *args, forbid=("tfmlib",), **kwargs):
 
     def run():
         mode, traced, resident = _PeakNumel(), _TracedPeak(), _ResidentPeak()
-        with resident, _inputs_kept(args, kwargs):
+        with resident, _inputs_kept(args, kwargs), _RandomStateKept(_flatten((args, kwargs))):
             with mode:
                 with forbid_shortcuts(*forbid):
                     with traced:
@@ -809,6 +813,36 @@ def generator(n):
     """A ``torch.Generator`` seeded with ``input_seed(n)``: ``n`` in self-study, a secret seed when graded.  The
     hidden tests draw their inputs from it; visible tests keep literal seeds (``torch.Generator().manual_seed``)."""
     return torch.Generator().manual_seed(input_seed(n))
+
+
+class TestNamespace:
+    """The names the test cells of one graded notebook bind, kept apart from the notebook's own (``run_test``)."""
+
+    def __init__(self):
+        self.names: dict = {}       # what a test cell runs in: the notebook's names, then the tests' own over them
+        self.bound: set = set()     # the names the test cells bound (never taken from the notebook again)
+
+
+_TESTS = TestNamespace()            # the graded kernel's (the replay makes its own)
+
+
+def run_test(source, notebook, tests=None, filename="<test cell>"):
+    """Run a test cell's ``source`` when graded (kernel and replay alike), in a namespace of its own: it sees the
+    notebook's names (the learner's functions, ``check``, ``torch``, the setup cell's variables) and what earlier
+    test cells bound, but what it binds never reaches ``notebook``, the globals of the learner's functions, so a
+    learner's function cannot read a test's variable (its expected value, say).  ``tests``: the ``TestNamespace``
+    of this notebook (the kernel's own by default).  Self-study runs test cells as plain cells."""
+    tests = _TESTS if tests is None else tests
+    names = tests.names
+    for name, value in notebook.items():
+        if name not in tests.bound:
+            names[name] = value
+    before = dict(names)
+    code = compile(source, filename, "exec")
+    try:
+        exec(code, names)  # noqa: S102 - a trusted test cell, from the gradebook
+    finally:
+        tests.bound |= {name for name, value in names.items() if name not in before or before[name] is not value}
 
 
 @contextlib.contextmanager

@@ -11,9 +11,13 @@ When a notebook is graded, its test cells run twice (see the grading guide, book
    change a verdict.
 
 The encoding carries only tensors (dtype, shape, raw bytes), numbers, strings, ``None`` and tuples, lists and
-dicts of them; decoding never runs code (no pickle).  Global random state and any argument the learner's
-function changed in place are recorded after each call and restored in the replay, so both runs build the
-same inputs.  ``TRACE_ENV`` names the file; when it is unset (self-study, Validate) nothing is recorded.
+dicts of them; decoding never runs code (no pickle).  Nothing in the trace reaches the replay's inputs: the
+replay builds them from the trusted cells alone, and a record is used only as the result being judged.  So the
+random state is put back after every call of the learner's function, in every mode (``tfmcheck.checking``'s
+``call``, ``RandomStateKept``), and a record saying that an input tensor changed in place fails that call
+instead of being copied into the test's tensors.  Objects of any type but the few listed are never asked
+anything (no method called, no attribute read): they are decided by their exact type and become an opaque
+value.  ``TRACE_ENV`` names the file; when it is unset (self-study, Validate) nothing is recorded.
 """
 from __future__ import annotations
 
@@ -22,7 +26,10 @@ import builtins
 import hashlib
 import json
 import os
+import random
+import types
 
+import numpy
 import torch
 
 from tfmcheck import TRACE_ENV, TRACE_NAME  # noqa: F401  (re-exported: tfmcheck.trace.TRACE_ENV)
@@ -31,7 +38,21 @@ MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 _type, _isinstance, _len, _repr = builtins.type, builtins.isinstance, builtins.len, builtins.repr
 _Tensor, _Generator = torch.Tensor, torch.Generator
-_Module = torch.nn.Module
+_Parameter = torch.nn.Parameter
+_TENSOR_TYPES = (_Tensor, _Parameter)
+_NUMBER_TYPES = (bool, int, float, complex, str, bytes)
+#: NumPy's scalar types, decided by exact type: their ``item`` is NumPy's own (a subclass is opaque).
+_NUMPY_SCALARS = (numpy.bool_, numpy.int8, numpy.int16, numpy.int32, numpy.int64, numpy.uint8, numpy.uint16,
+                  numpy.uint32, numpy.uint64, numpy.float16, numpy.float32, numpy.float64)
+_scalar_item, _ndarray, _array_item = numpy.generic.item, numpy.ndarray, numpy.ndarray.item
+_ndarray_ndim = numpy.ndarray.ndim.__get__
+_type_module, _type_qualname = type.__dict__["__module__"].__get__, type.__dict__["__qualname__"].__get__
+_torch_rng = (torch.get_rng_state, torch.set_rng_state)
+_python_rng = (random.getstate, random.setstate)
+_numpy_rng = (numpy.random.get_state, numpy.random.set_state)
+_generator_state = (torch.Generator.get_state, torch.Generator.set_state)
+_type_name = type.__dict__["__name__"].__get__
+_function_qualname = types.FunctionType.__dict__["__qualname__"].__get__
 _DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
     torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool)}
@@ -65,34 +86,33 @@ def digest(obj) -> str:
 
 def _feed(h, obj) -> None:
     t = _type(obj)
-    if _isinstance(obj, _Tensor):
+    if t in _TENSOR_TYPES:
         h.update(f"T{obj.dtype}{tuple(obj.shape)}".encode())
         h.update(_tensor_bytes(obj))
-    elif obj is None or t in (bool, int, float, complex, str, bytes):
+    elif obj is None or t in _NUMBER_TYPES:
         h.update(f"{t.__name__}:{obj!r}".encode())
     elif t in (tuple, list):
         h.update(f"{t.__name__}[{_len(obj)}".encode())
         for x in obj:
             _feed(h, x)
         h.update(b"]")
-    elif t is dict:
+    elif t is dict and all(_type(k) is str for k in obj):
         h.update(b"{")
-        for k in sorted(obj, key=_repr):
+        for k in sorted(obj):
             _feed(h, k)
             _feed(h, obj[k])
         h.update(b"}")
-    elif _isinstance(obj, _Generator):
+    elif t is _Generator:
         h.update(b"G")
         h.update(_tensor_bytes(obj.get_state()))
-    elif _isinstance(obj, _Module):
-        h.update(f"M{t.__qualname__}".encode())
-        for name, value in obj.state_dict().items():
-            h.update(name.encode())
-            _feed(h, value)
-    elif callable(obj):
-        h.update(f"F{getattr(obj, '__qualname__', t.__qualname__)}".encode())
-    else:
-        h.update(f"O{t.__module__}.{t.__qualname__}".encode())
+    elif t is torch.dtype:
+        h.update(f"D{obj!r}".encode())
+    elif t is types.FunctionType:
+        h.update(f"F{_function_qualname(obj)}".encode())
+    elif t is types.BuiltinFunctionType:
+        h.update(f"B{obj.__qualname__}".encode())
+    else:       # never asked anything: its type's own name, read past any metaclass
+        h.update(f"O{_type_module(t)}.{_type_qualname(t)}".encode())
 
 
 def encode(obj):
@@ -108,14 +128,14 @@ def encode(obj):
         return {t.__name__: [encode(x) for x in obj]}
     if t is dict and all(_type(k) is str for k in obj):
         return {"dict": {k: encode(v) for k, v in obj.items()}}
-    if t is _Tensor or t is torch.nn.Parameter:
+    if t in _TENSOR_TYPES:
         if obj.layout != torch.strided or str(obj.dtype).removeprefix("torch.") not in _DTYPES:
             return {"opaque": f"torch.Tensor with {obj.layout} layout and {obj.dtype}"}
         return {"tensor": str(obj.dtype).removeprefix("torch."), "shape": list(obj.shape),
                 "data": base64.b64encode(_tensor_bytes(obj)).decode("ascii")}
-    if t.__module__ == "numpy" and hasattr(obj, "item") and getattr(obj, "ndim", 1) == 0:
-        return encode(obj.item())
-    return {"opaque": f"{t.__module__}.{t.__qualname__}"}
+    if t in _NUMPY_SCALARS or (t is _ndarray and _ndarray_ndim(obj) == 0):
+        return encode(_scalar_item(obj) if t is not _ndarray else _array_item(obj))    # NumPy's own item
+    return {"opaque": f"{_type_module(t)}.{_type_qualname(t)}"}
 
 
 class Opaque:
@@ -171,49 +191,106 @@ def decode(data):
 # Random state and arguments changed in place
 # ---------------------------------------------------------------------------------------------------------
 def _generators(args) -> list:
-    return [a for a in args if _isinstance(a, _Generator)]
+    return [a for a in args if _type(a) is _Generator]
 
 
 def _tensors(args) -> list:
-    return [a for a in args if _isinstance(a, _Tensor)]
+    return [a for a in args if _type(a) in _TENSOR_TYPES]
+
+
+def changed_input_message(shape) -> str:
+    """What a learner reads when their function changed one of its input tensors in place."""
+    return (f"your function changed one of its input tensors in place (shape {tuple(shape)}): compute on new "
+            f"tensors (x = x / 2, not x /= 2 or x.div_(2)), or on a copy (x.clone())")
+
+
+class InputChanged(AssertionError):
+    """The learner's function changed one of the test's input tensors in place: that call fails."""
+
+
+class RandomStateKept:
+    """Around a call of the learner's function, in every mode: the random state the test cell draws its next
+    inputs from (PyTorch's, Python's and NumPy's global generators, and every ``torch.Generator`` argument) is put
+    back as it was before the call, so the test's later inputs never depend on what the function drew, and the
+    replay, which calls nothing, builds the same inputs without taking any state from the trace.  ``args``: the
+    call's arguments, flattened (``_flatten``); generators are found by exact type and asked nothing else."""
+
+    def __init__(self, args):
+        self.generators = _generators(args)
+
+    def __enter__(self):
+        self.saved = (_torch_rng[0](), _python_rng[0](), _numpy_rng[0](),
+                      [_generator_state[0](g) for g in self.generators])
+        return self
+
+    def __exit__(self, *exc):
+        rng, py, np_state, gens = self.saved
+        _torch_rng[1](rng)
+        _python_rng[1](py)
+        _numpy_rng[1](np_state)
+        for g, state in zip(self.generators, gens):
+            _generator_state[1](g, state)
+        return False
 
 
 def snapshot(args) -> dict:
-    """Digests, before the learner's call, of the state ``capture_state`` compares with afterwards."""
-    return {"torch": digest(torch.get_rng_state()), "generators": [digest(g) for g in _generators(args)],
-            "tensors": [digest(t) for t in _tensors(args)]}
+    """Digests, before the learner's call, of the tensor arguments ``capture_state`` compares with afterwards."""
+    with _plain():
+        return {"tensors": [digest(t) for t in _tensors(args)]}
 
 
 def capture_state(args, before) -> dict:
-    """After the learner's call: the global random state, the state of generator arguments, and the new
-    value of every tensor argument, where the call changed them."""
-    state = {}
-    rng = torch.get_rng_state()
-    if digest(rng) != before["torch"]:
-        state["torch"] = encode(rng)
-    gens = {str(i): encode(g.get_state()) for i, g in enumerate(_generators(args))
-            if digest(g) != before["generators"][i]}
-    tensors = {str(i): encode(t.detach()) for i, t in enumerate(_tensors(args)) if digest(t) != before["tensors"][i]}
-    if gens:
-        state["generators"] = gens
-    if tensors:
-        state["changed"] = tensors
-    return state
+    """After the learner's call (before anything else of it runs: its result is encoded afterwards): which tensor
+    arguments it changed in place, ``{"changed": {index: shape}}``, or ``{}``."""
+    with _plain():
+        changed = {str(i): list(t.shape) for i, t in enumerate(_tensors(args)) if digest(t) != before["tensors"][i]}
+    return {"changed": changed} if changed else {}
 
 
-def restore_state(args, state) -> None:
-    """In the replay: make the random state and changed arguments what they were after the learner's call."""
-    if "torch" in state:
-        torch.set_rng_state(decode(state["torch"]))
-    generators, tensors = _generators(args), _tensors(args)
-    for i, value in state.get("generators", {}).items():
-        generators[int(i)].set_state(decode(value))
-    for i, value in state.get("changed", {}).items():
-        target, new = tensors[int(i)], decode(value)
-        if _type(new) is not _Tensor or new.shape != target.shape or new.dtype != target.dtype:
-            raise TraceError("the record of an argument changed in place does not fit that argument")
-        with torch.no_grad():
-            target.copy_(new)
+def judge_state(args, state) -> None:
+    """In the replay: a record saying that an input tensor changed fails the call.  Nothing of the record is
+    copied into the test's inputs (the replay's own are never changed); the random state is not in the record."""
+    if _type(state) is not dict:
+        raise TraceError("malformed state in the grading trace")
+    changed = state.get("changed")
+    if changed:
+        tensors = _tensors(args)
+        first = next(iter(changed)) if _type(changed) is dict else None
+        shape = tensors[int(first)].shape if _type(first) is str and first.isdigit() and int(first) < _len(tensors) \
+            else ()
+        raise InputChanged(changed_input_message(shape))
+
+
+def _exception_text(err) -> str:
+    """The message of an exception the learner's function raised (their own ``__str__`` may run: after the state
+    capture, and what it returns is kept only as text)."""
+    text = str(err)
+    return str.__getitem__(text, slice(0, 4000)) if _isinstance(text, str) else ""
+
+
+def _no_dispatch():
+    return torch._C._DisableTorchDispatch()
+
+
+def _plain():
+    """No torch function mode or tensor subclass handler, and no dispatch mode, runs while the trace reads
+    tensors: what a learner's function left active never sees or changes what is recorded."""
+    return _Both(torch._C.DisableTorchFunction(), _no_dispatch())
+
+
+class _Both:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def __enter__(self):
+        self.a.__enter__()
+        self.b.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.b.__exit__(*exc)
+        self.a.__exit__(*exc)
+        return False
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -236,20 +313,23 @@ class Recorder:
         (or re-raised)."""
         key, self.n = self.n, self.n + 1
         flat = _flatten(args)
-        line = {"cell": self.cell, "n": key, "args": digest(args)}
+        with _plain():
+            line = {"cell": self.cell, "n": key, "args": digest(args)}
         before = snapshot(flat)
         try:
             result = run()
         except Exception as err:
-            line.update(raised=_type(err).__name__, message=str(err)[:4000])
-            self._write(line, flat, before)
+            line["state"] = capture_state(flat, before)
+            line.update(raised=_type_name(_type(err)), message=_exception_text(err))
+            self._write(line)
             raise
-        line["value"] = encode(result)
-        self._write(line, flat, before)
+        line["state"] = capture_state(flat, before)     # before the result is looked at
+        with _plain():
+            line["value"] = encode(result)
+        self._write(line)
         return result
 
-    def _write(self, line, flat, before) -> None:
-        line["state"] = capture_state(flat, before)
+    def _write(self, line) -> None:
         data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
         if _len(data) > MAX_RECORD_BYTES:
             line.pop("value", None)
@@ -277,10 +357,13 @@ class Replayer:
             raise TraceError("no result was recorded for this call of your function: the notebook stopped or "
                              "was changed before it ran")
         flat = _flatten(args)
+        if any(_type(a) is Opaque for a in flat):
+            raise TraceError("this call's arguments include a value your function returned earlier that is not a "
+                             "tensor, a number or a container of them")
         if rec.get("args") != digest(args):
             raise TraceError("the arguments of this call differ from those your notebook passed: something "
                              "changed the test's inputs")
-        restore_state(flat, rec.get("state", {}))
+        judge_state(flat, rec.get("state", {}))
         if "raised" in rec:
             raise _EXCEPTIONS.get(rec["raised"], RuntimeError)(
                 f"{rec['raised']}: {rec.get('message', '')}" if rec["raised"] not in _EXCEPTIONS

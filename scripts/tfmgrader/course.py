@@ -37,6 +37,26 @@ def check_submission(folder: Path, expected: list[str]) -> str | None:
                     if "nbgrader" in c.metadata}
         if versions - {3}:
             return f"{name} has altered nbgrader metadata (schema versions {sorted(map(str, versions))})"
+        problem = duplicated_ids(nb)
+        if problem:
+            return f"{name} {problem}"
+    return None
+
+
+def duplicated_ids(nb) -> str | None:
+    """Why ``nb`` cannot be graded when two of its cells carry the same nbgrader id (a read-only, test or answer
+    cell copied with its metadata: which one is the assignment's cannot be told), or None."""
+    seen: dict[str, int] = {}
+    for i, cell in enumerate(nb.cells, 1):
+        meta = cell.get("metadata", {}).get("nbgrader")
+        gid = meta.get("grade_id") if isinstance(meta, dict) else None
+        if not isinstance(gid, str):
+            continue
+        if gid in seen:
+            return (f"has two cells with the nbgrader id '{gid[:80]}' (cells {seen[gid]} and {i}): a cell of the "
+                    "assignment was copied with its metadata; delete the copy (Edit > Delete Cells) or paste its "
+                    "code into a new cell, and submit again")
+        seen[gid] = i
     return None
 
 

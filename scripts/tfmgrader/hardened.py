@@ -24,7 +24,7 @@ def configure_autograde(c) -> None:
     from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds,
                                         LimitOutput, OverwriteKernelspec, SaveAutoGrades)
 
-    from tfmgrader.preprocessors import (CapOutput, RestoreReadOnlyCells, SandboxedExecute, ScanSubmission, StderrToStdout, StripForgedMetadata,
+    from tfmgrader.preprocessors import (CapOutput, RefuseDuplicateIds, RestoreReadOnlyCells, SandboxedExecute, ScanSubmission, StderrToStdout, StripForgedMetadata,
                                VerifyOutside)
     from tfmgrader.limits import limit
     from tfmgrader.selfcheck import SetupCheck, pre_convert_hook
@@ -36,7 +36,7 @@ def configure_autograde(c) -> None:
 
     warnings.filterwarnings("ignore", message=r"Object of type <Submitted\w+> not in session")
     c.Autograde.sanitize_preprocessors = [
-        ClearOutput, DeduplicateIds, OverwriteKernelspec, StripForgedMetadata, RestoreReadOnlyCells, ScanSubmission,
+        ClearOutput, RefuseDuplicateIds, DeduplicateIds, OverwriteKernelspec, StripForgedMetadata, RestoreReadOnlyCells, ScanSubmission,
         CheckCellMetadata]
     c.Autograde.autograde_preprocessors = [
         SandboxedExecute, VerifyOutside, SetupCheck, StderrToStdout, CapOutput, ClearMetadataPreprocessor, LimitOutput,
@@ -46,7 +46,7 @@ def configure_autograde(c) -> None:
     # does not get full marks; a submission whose read-only setup cell failed is not scored (selfcheck.py).
     c.Autograde.pre_convert_hook = pre_convert_hook
     if os.environ.get("GRADER_REPORTS"):     # default: <course root>/grading/reports
-        for name in ("StripForgedMetadata", "ScanSubmission", "SandboxedExecute", "VerifyOutside", "SetupCheck",
+        for name in ("RefuseDuplicateIds", "StripForgedMetadata", "ScanSubmission", "SandboxedExecute", "VerifyOutside", "SetupCheck",
                      "RecordVerdict"):
             c[name].report_directory = os.environ["GRADER_REPORTS"]
     c.SandboxedExecute.timeout = limit("GRADER_CELL_TIMEOUT")

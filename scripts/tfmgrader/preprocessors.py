@@ -123,6 +123,24 @@ class ScanSubmission(NbGraderPreprocessor):
         return nb, resources
 
 
+class RefuseDuplicateIds(NbGraderPreprocessor):
+    """A notebook with two cells of the same nbgrader id (a read-only, test or answer cell copied with its
+    metadata) is not graded: it is reported as an invalid notebook with the reason, before nbgrader's own
+    ``DeduplicateIds`` would strip one of them (which then made ``OverwriteCells`` fail with a KeyError)."""
+
+    report_directory = Unicode("", help="Where the grading reports go.").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        from tfmgrader.course import duplicated_ids
+
+        problem = duplicated_ids(nb)
+        if problem:
+            notebook = _ids(resources)[2]
+            record(self.report_directory, resources, invalid=f"{notebook}.ipynb {problem}")
+            raise ValueError(f"{notebook}.ipynb {problem}")
+        return nb, resources
+
+
 class RestoreReadOnlyCells(OverwriteCells):
     """nbgrader's ``OverwriteCells`` (every read-only and test cell restored from the gradebook), without its
     warning "Attribute 'checksum' for cell ... has changed!" for the change every honest submission has: a test
@@ -215,6 +233,14 @@ def _defined_functions(src: str) -> set[str]:
         return {n.name for n in ast.parse(src).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     except SyntaxError:
         return set()
+
+
+def isolated_test(source: str, grade_id: str) -> str:
+    """A test cell's ``source`` as the graded kernel runs it: through ``tfmcheck.checking.run_test``, in a
+    namespace of the test cells' own that the learner's functions cannot see (the replay, ``verify.replay``,
+    runs it the same way)."""
+    return (f"__import__('tfmcheck.checking').checking.run_test({source!r}, globals(), "
+            f"filename={'<' + grade_id + '>'!r})\n")
 
 
 class SandboxedExecute(Execute):
@@ -393,6 +419,7 @@ class SandboxedExecute(Execute):
         if gid and is_grade(cell) and not is_solution(cell):
             # Names the test for the trace the kernel records (removed again below).
             cell.source = f"__import__('tfmcheck.checking').checking.begin_test({gid!r})\n" + original
+            cell.source = isolated_test(cell.source, gid)
         started = (monotonic(), self._kernel_cpu())
         memory = self._memory_cells.get(gid) if gid else None
         memory = memory[0] if memory is not None and memory[1] == original else None

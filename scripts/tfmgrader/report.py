@@ -65,6 +65,7 @@ class NotebookReport:
     stray_files: list[str] = field(default_factory=list)   # files listed only (checkpoints, data)
     setup_error: str = ""                   # a read-only setup cell failed before any learner code ran
     inputs_secret: str = ""                 # sha256 prefix of the secret the tests' inputs came from (one per run)
+    invalid: str = ""                       # why the notebook cannot be graded (preprocessors.RefuseDuplicateIds)
 
     def problems(self) -> list[str]:
         """Everything that flags the submission, in the order it is reported."""
@@ -114,6 +115,9 @@ class SubmissionReport:
         setup = [nb.setup_error for nb in nbs if nb.setup_error]
         if setup:       # the environment's failure, not the learner's: never scored (selfcheck.SetupCheck)
             return Status.ENVIRONMENT_ERROR, "; ".join(setup + flags)
+        invalid = [nb.invalid for nb in nbs if nb.invalid]
+        if invalid:
+            return Status.INVALID, "; ".join(invalid)
         if not result.get("success"):
             error = (result.get("error") or result.get("log") or "").strip().splitlines()
             return Status.CRASHED, "nbgrader could not grade it: " + (error[-1] if error else "unknown error")

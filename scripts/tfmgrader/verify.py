@@ -63,6 +63,7 @@ def replay(cells: list[tuple[str, str, bool]], records: dict, problems: list[str
 
     verdicts = Verdicts(problems=list(problems))
     namespace: dict = {"__name__": "__grading_replay__"}
+    tests = check.TestNamespace()       # the test cells' own names, as in the graded kernel (check.run_test)
     bound = set()
     for _, src, is_test in cells:
         if not is_test:
@@ -82,7 +83,10 @@ def replay(cells: list[tuple[str, str, bool]], records: dict, problems: list[str
                 printed = io.StringIO()
                 try:
                     with contextlib.redirect_stdout(printed):
-                        exec(compile(src, f"<{grade_id}>", "exec"), namespace)  # noqa: S102 - trusted cells
+                        if is_test:
+                            check.run_test(src, namespace, tests, f"<{grade_id}>")
+                        else:
+                            exec(compile(src, f"<{grade_id}>", "exec"), namespace)  # noqa: S102 - trusted cells
                 except Exception as err:  # noqa: BLE001 - a failing test is a verdict, not an error
                     if is_test:
                         verdicts.passed[grade_id] = False
