@@ -500,7 +500,11 @@ def call(fn, *args, forbid=("tfmlib",), allow=(), **kwargs):
         with _inputs_kept(args, kwargs), _RandomStateKept(_flatten((args, kwargs))), \
                 _standing_in(fn, _absent) as trusted, forbid_shortcuts(*forbid, allow=(*allow, *trusted)):
             return fn(*args, **kwargs)
-    return run() if _MODE is None else _MODE.record((args, kwargs), run)
+    try:
+        return run() if _MODE is None else _MODE.record((args, kwargs), run)
+    finally:
+        if _RUNNING[0] is not None:     # a stand-in may have bound a name the test cell then uses (standins: _absent)
+            _RUNNING[0].refresh()
 
 
 def _absent(name):
@@ -821,9 +825,21 @@ class TestNamespace:
     def __init__(self):
         self.names: dict = {}       # what a test cell runs in: the notebook's names, then the tests' own over them
         self.bound: set = set()     # the names the test cells bound (never taken from the notebook again)
+        self.notebook = None        # the notebook's namespace, while a test cell runs (run_test)
+
+    def refresh(self):
+        """Take again the notebook's names the test cells did not bind themselves (a name bound during a test
+        cell, by ``check.call``'s stand-ins, is seen by the rest of the cell as in a plain cell)."""
+        notebook = self.notebook
+        if notebook is None:
+            return
+        for name, value in _tuple(notebook.items()):
+            if _type(name) is str and name not in self.bound and self.names.get(name, _TESTS) is not value:
+                self.names[name] = value
 
 
 _TESTS = TestNamespace()            # the graded kernel's (the replay makes its own)
+_RUNNING = [None]                   # the TestNamespace of the test cell running now (run_test), if any
 
 
 def run_test(source, notebook, tests=None, filename="<test cell>"):
@@ -833,16 +849,20 @@ def run_test(source, notebook, tests=None, filename="<test cell>"):
     learner's function cannot read a test's variable (its expected value, say).  ``tests``: the ``TestNamespace``
     of this notebook (the kernel's own by default).  Self-study runs test cells as plain cells."""
     tests = _TESTS if tests is None else tests
+    tests.notebook = notebook
     names = tests.names
     for name, value in notebook.items():
         if name not in tests.bound:
             names[name] = value
     before = dict(names)
     code = compile(source, filename, "exec")
+    previous, _RUNNING[0] = _RUNNING[0], tests
     try:
         exec(code, names)  # noqa: S102 - a trusted test cell, from the gradebook
     finally:
-        tests.bound |= {name for name, value in names.items() if name not in before or before[name] is not value}
+        _RUNNING[0] = previous
+        tests.bound |= {name for name, value in names.items()
+                        if (name not in before or before[name] is not value) and notebook.get(name, tests) is not value}
 
 
 @contextlib.contextmanager
