@@ -1130,6 +1130,28 @@ def own_attributes(trees) -> set[str]:
     return {n for n in names if not n.startswith("__") and n not in FRAME_ATTRIBUTES}
 
 
+# Answers are code, not data: a cell holding more literal data than this (strings and bytes by length, each number
+# as 8 bytes; docstrings not counted) is flagged for review: a table of the tests' results looks like an answer to
+# every other check.  A worked solution's cells hold well under 1 kB.
+LITERAL_BUDGET = 8192
+
+
+def literal_bytes(tree: ast.AST) -> int:
+    """Bytes of literal data in ``tree``: strings and bytes by length, numbers 8 each, docstrings left out."""
+    docstrings = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body and \
+                isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and \
+                isinstance(body[0].value.value, str):
+            docstrings.add(id(body[0].value))
+    total = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and id(node) not in docstrings:
+            total += len(node.value) if isinstance(node.value, (str, bytes)) else 8
+    return total
+
+
 def global_bindings(tables: dict) -> set[str]:
     """Every name a cell binds in the notebook's namespace, as Python's own symbol table says: whatever the form
     (assignment, ``for``, ``with … as``, ``except … as``, a ``match`` capture, ``import``, ``def``, ``class``,
@@ -1204,6 +1226,10 @@ def scan_cells(learner: dict[int, str], setup: list[str], tests: list[str], grad
     for index, tree in trees.items():
         checker = _Checker(index, ctx, tables[index])
         checker.run(tree)
+        data = literal_bytes(tree)
+        if data > LITERAL_BUDGET:
+            checker.flag(ast.Pass(lineno=1), f"holds {data:,} bytes of literal data (more than {LITERAL_BUDGET:,}): "
+                                             f"answers are code, not tables of results")
         for name in sorted(global_bindings(tables[index])):
             reason = store_problem(ctx, name, bound_names(tree).get(name, "value"))
             if reason:
