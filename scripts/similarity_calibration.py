@@ -29,6 +29,7 @@ of independent assignments only), ``copydetect`` copydetect's own tokeniser on t
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from dataclasses import dataclass
@@ -56,6 +57,13 @@ class Expected:
     role: str            # "independent", "copy" or "original"
     source: dict         # function -> what it was copied from: a label, or a student
     kind: str = ""       # "generated", "hand-written", "classmate"; "" for independent answers
+    round: int = 0       # hand-written copies: 1 (written with the normalisation), 2 (written before re-tuning)
+
+
+def half_of(assignment: str, name: str) -> str:
+    """The half of a hand-written copy or an independent answer: fixed by the SHA-256 of its name (its file or
+    folder name under the assignment), so that adding an example moves no other one and no result chooses it."""
+    return HALVES[hashlib.sha256(f"{assignment}/{name}".encode()).digest()[0] % 2]
 
 
 def independent_answers(assignment: str, graded: list[str]) -> dict[str, dict[str, str]]:
@@ -98,17 +106,17 @@ def build_class(assignment: str, graded: list[str], refs: list[sim.Unit], half: 
     label = {(u.kind, u.function): u.label for u in refs if u.kind in ("tfmlib", "solution")}
     subs, expected = {}, {}
     independent = independent_answers(assignment, graded)
-    for i, (student, functions) in enumerate(sorted(independent.items())):
-        if HALVES[i % 2] == half:
+    for student, functions in sorted(independent.items()):
+        if half_of(assignment, student) == half:
             subs[student] = functions
             expected[student] = Expected("independent", {})
-    for i, (name, entry) in enumerate(hand_written(assignment).items()):
-        if HALVES[i % 2] != half:
+    for name, entry in hand_written(assignment).items():
+        if half_of(assignment, name) != half:
             continue
         f = entry["function"]
         want = site_label(refs, entry) if entry["source"] == "site" else label[(entry["source"], f)]
         subs[f"hand-{name}"] = {f: entry["code"]}
-        expected[f"hand-{name}"] = Expected("copy", {f: want}, "hand-written")
+        expected[f"hand-{name}"] = Expected("copy", {f: want}, "hand-written", entry.get("round", 1))
     if half != "tune":
         return subs, expected
     # two originals (the last extra correct style and the last wrong answer) are copied by classmates
@@ -186,7 +194,7 @@ def records(assignment: str, half: str, k: int, mode: str, cache: dict) -> list[
                     right = want_code is not None and (c.label == want or c.normalised == want_code)
                     scored.append((share, c.kind != "student", c.size, c.label, right))
             out.append({"student": student, "function": name, "role": exp.role, "kind": exp.kind,
-                        "size": u.size, "want": want, "scored": scored})
+                        "round": exp.round, "size": u.size, "want": want, "scored": scored})
     cache[key] = out
     return out
 
@@ -213,7 +221,8 @@ def evaluate(assignment: str, half: str, k: int, threshold: float, min_tokens: i
              cache: dict | None = None, verbose: bool = False) -> dict:
     """Counts for one half of one assignment."""
     cache = cache if cache is not None else {}
-    c = {"copies": 0, "found": 0, "hand": 0, "hand_found": 0, "copies_short": 0, "independent": 0,
+    c = {"copies": 0, "found": 0, "hand": 0, "hand_found": 0, "hand2": 0, "hand2_found": 0, "copies_short": 0,
+         "independent": 0,
          "false_positives": 0, "independent_short": 0, "misses": [], "false": []}
     for r in records(assignment, half, k, mode, cache):
         short = r["size"] < min_tokens
@@ -225,6 +234,7 @@ def evaluate(assignment: str, half: str, k: int, threshold: float, min_tokens: i
                 c["copies_short"] += 1
                 if r["kind"] == "hand-written":           # a hand-written copy too short to attribute is missed
                     c["hand"] += 1
+                    c["hand2"] += r["round"] == 2
                     c["misses"].append(f"{where} (too short; copied from {r['want']})")
                 continue
             c["copies"] += 1
@@ -232,6 +242,8 @@ def evaluate(assignment: str, half: str, k: int, threshold: float, min_tokens: i
             if r["kind"] == "hand-written":
                 c["hand"] += 1
                 c["hand_found"] += flagged and right
+                c["hand2"] += r["round"] == 2
+                c["hand2_found"] += r["round"] == 2 and flagged and right
             if not (flagged and right):
                 c["misses"].append(f"{where} (copied from {r['want']})")
         else:

@@ -180,11 +180,23 @@ def test_hand_written_disguises_compute_what_their_source_computes():
             "compute_optimal": lambda: (1e21,),
             "chinchilla_loss": lambda: (1e9, 2e10),
             "fit_power_law": lambda: ([1.0, 2.0, 4.0, 8.0], [3.0, 5.0, 9.0, 15.0]),
+            "fit_chinchilla": lambda: runs,
+            "swiglu": lambda: (r(2, 3, 4), r(4, 6), r(4, 6), r(6, 4)),
+            "apply_rope": lambda: (r(2, 5, 6), torch.arange(3, 8)),
+            "grouped_query_attention": lambda: (r(2, 3, 8), r(8, 8), r(8, 4), r(8, 4), r(8, 8), 4, 2,
+                                                (r(2, 2, 2, 2), r(2, 2, 2, 2))),
         }[name]()
+
+    n_runs = torch.tensor([1e7, 3e7, 1e8, 3e8, 1e9, 1e7, 1e8, 1e9], dtype=torch.float64)
+    d_runs = torch.tensor([1e9, 3e9, 1e10, 1e9, 1e10, 1e11, 1e11, 3e10], dtype=torch.float64)
+    l_runs = 1.69 + 406.4 / n_runs ** 0.34 + 410.7 / d_runs ** 0.28
+    runs = (n_runs, d_runs, l_runs, torch.tensor([[5.0, 6.0, 0.5, 0.3, 0.3]], dtype=torch.float64))
 
     def same(a, b):
         if isinstance(a, (tuple, list)):
             return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(math.isclose(a[k], b[k], rel_tol=1e-6) for k in a)
         if isinstance(a, torch.Tensor):
             return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.allclose(a, b)
         return math.isclose(float(a), float(b), rel_tol=1e-9)
