@@ -29,6 +29,7 @@ of independent assignments only), ``copydetect`` copydetect's own tokeniser on t
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import sys
@@ -50,6 +51,8 @@ ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir(
 SEEDS = (0, 1)
 HALVES = ("tune", "held-out")
 TARGET_FOUND, TARGET_FALSE = 0.90, 0.02      # issue 32, on the held-out half
+K_DEFAULT = sim.K
+DOLOS_WINDOW = 1          # Dolos's k-grams per winnowing window (--dolos-window)
 
 
 @dataclass
@@ -106,6 +109,7 @@ def build_class(assignment: str, graded: list[str], refs: list[sim.Unit], half: 
     label = {(u.kind, u.function): u.label for u in refs if u.kind in ("tfmlib", "solution")}
     subs, expected = {}, {}
     independent = independent_answers(assignment, graded)
+    solution = {u.function: u.source for u in refs if u.kind == "solution"}
     for student, functions in sorted(independent.items()):
         if half_of(assignment, student) == half:
             subs[student] = functions
@@ -115,7 +119,12 @@ def build_class(assignment: str, graded: list[str], refs: list[sim.Unit], half: 
             continue
         f = entry["function"]
         want = site_label(refs, entry) if entry["source"] == "site" else label[(entry["source"], f)]
-        subs[f"hand-{name}"] = {f: entry["code"]}
+        # the copier's notebook answers the other graded functions too: those the copy calls without defining
+        # them are the worked solution's (without them a call of split_heads could not be inlined)
+        called = {n.id for n in ast.walk(ast.parse(entry["code"])) if isinstance(n, ast.Name)}
+        defined = {n.name for n in ast.parse(entry["code"]).body if isinstance(n, ast.FunctionDef)}
+        others = [solution[g] for g in graded if g != f and g in called - defined and g in solution]
+        subs[f"hand-{name}"] = {f: "\n\n".join([entry["code"], *others])}
         expected[f"hand-{name}"] = Expected("copy", {f: want}, "hand-written", entry.get("round", 1))
     if half != "tune":
         return subs, expected
@@ -148,9 +157,70 @@ def build_class(assignment: str, graded: list[str], refs: list[sim.Unit], half: 
     return subs, expected
 
 
+def dolos_similarities(groups: list[dict], k: int, window: int) -> list[list]:
+    """Dolos's pairs for each group (``scripts/dolos_pairs.mjs``; Dolos installed under $DOLOS_DIR)."""
+    import os
+    import subprocess
+
+    if not os.environ.get("DOLOS_DIR"):
+        raise SystemExit("--tokens dolos needs DOLOS_DIR: a folder where npm installed @dodona/dolos-lib")
+    request = json.dumps({"options": {"kgramLength": k, "kgramsInWindow": window}, "groups": groups})
+    done = subprocess.run(["node", str(ROOT / "scripts" / "dolos_pairs.mjs")], input=request, text=True,
+                          capture_output=True, check=True)
+    return json.loads(done.stdout)
+
+
+def dolos_records(assignment: str, half: str, k: int, window: int, cache: dict) -> list[dict]:
+    """``records`` with Dolos's similarity of the raw sources (Dolos does its own tokenising: tree-sitter's
+    syntax nodes, names dropped) in place of ours; the same units, sources and minimum size (ours)."""
+    key = (assignment, half, "dolos", k, window)
+    if key in cache:
+        return cache[key]
+    records(assignment, half, K_DEFAULT, "ast", cache)        # the units, as ours sees them
+    notebooks, graded, refs, units, expected = cache[(assignment, half, "ast")]
+    ignore = "\n\n".join(sim.release_cells(notebooks))
+    by_label = {u.label: u for u in refs}
+    groups, members = [], []
+    for name in graded:
+        cands = [u for u in refs if not u.function or u.function == name]
+        students = [(s, us[name]) for s, us in sorted(units.items()) if name in us]
+        if not students:
+            continue
+        files = [(c.label, c.source) for c in cands] + [(s, u.source) for s, u in students]
+        groups.append({"files": [[f"f{i}", text] for i, (_, text) in enumerate(files)], "ignore": ignore})
+        members.append((name, cands, students))
+    pairs = dolos_similarities(groups, k, window)
+    out = []
+    for (name, cands, students), rows in zip(members, pairs):
+        n_ref = len(cands)
+        everyone = list(cands) + [u for _, u in students]
+        owner = [None] * n_ref + [s for s, _ in students]
+        share = {}
+        for i, j, similarity, *_ in rows:
+            share[(i, j)] = share[(j, i)] = similarity
+        for a, (student, u) in enumerate(students, start=n_ref):
+            exp = expected[student]
+            want = exp.source.get(name)
+            want_code = None if want is None else (by_label[want].normalised if want in by_label
+                                                   else units[want][name].normalised)
+            scored = []
+            for b, c in enumerate(everyone):
+                if b == a or share.get((a, b), 0) <= 0:
+                    continue
+                label = c.label if b < n_ref else owner[b]
+                right = want_code is not None and (label == want or c.normalised == want_code)
+                scored.append((share[(a, b)], b < n_ref, c.size, label, right))
+            out.append({"student": student, "function": name, "role": exp.role, "kind": exp.kind,
+                        "round": exp.round, "size": u.size, "want": want, "scored": scored})
+    cache[key] = out
+    return out
+
+
 def records(assignment: str, half: str, k: int, mode: str, cache: dict) -> list[dict]:
     """For each graded function of one half: its role, size, and every candidate source's similarity (computed
     once per window ``k`` and normalisation)."""
+    if mode == "dolos":
+        return dolos_records(assignment, half, k, DOLOS_WINDOW, cache)
     key0 = (assignment, half, mode)
     if key0 not in cache:
         sim.CANONICAL = mode == "ast"
@@ -272,24 +342,28 @@ def rate(n: int, d: int) -> str:
 
 
 def main(argv=None) -> int:
+    global DOLOS_WINDOW
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("assignments", nargs="*", default=ASSIGNMENTS)
     parser.add_argument("--half", choices=[*HALVES, "both"], default="both")
     parser.add_argument("--k", type=int, default=sim.K)
     parser.add_argument("--threshold", type=float, default=sim.THRESHOLD)
     parser.add_argument("--min-tokens", type=int, default=sim.MIN_TOKENS)
-    parser.add_argument("--tokens", choices=["ast", "plain", "copydetect"], default="ast",
-                        help="normalisation: ours (default), without undoing disguises (plain), or copydetect's")
+    parser.add_argument("--tokens", choices=["ast", "plain", "copydetect", "dolos"], default="ast",
+                        help="normalisation: ours (default), without undoing disguises (plain), copydetect's, "
+                             "or Dolos instead of ours (needs DOLOS_DIR; --k is Dolos's k-gram length)")
+    parser.add_argument("--dolos-window", type=int, default=DOLOS_WINDOW, help="Dolos's k-grams per window")
     parser.add_argument("--grid", action="store_true", help="the tune half's rates for several settings")
     parser.add_argument("--verbose", action="store_true", help="every independent answer's closest source")
     args = parser.parse_args(argv)
+    DOLOS_WINDOW = args.dolos_window
     cache: dict = {}
     if args.grid:
         print(f"tune half, {args.tokens} normalisation: copies found (generated and hand-written) / "
               "hand-written copies found / independent functions flagged")
         print(f"{'k':>3} {'min tokens':>10} {'threshold':>9} {'copies found':>16} {'hand-written':>14} "
               f"{'independent flagged':>20}")
-        for k in (10, 15, 20, 25):
+        for k in ((8, 12, 17, 23) if args.tokens == "dolos" else (10, 15, 20, 25)):
             for min_tokens in (40, 60, 80, 100):
                 for threshold in (0.5, 0.6, 0.7, 0.8):
                     t = totals(args.assignments, "tune", k, threshold, min_tokens, args.tokens, cache)
