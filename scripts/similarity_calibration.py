@@ -187,7 +187,8 @@ def dolos_records(assignment: str, half: str, k: int, window: int, cache: dict) 
         if not students:
             continue
         files = [(c.label, c.source) for c in cands] + [(s, u.source) for s, u in students]
-        groups.append({"files": [[f"f{i}", text] for i, (_, text) in enumerate(files)], "ignore": ignore})
+        groups.append({"files": [[f"f{i}", text] for i, (_, text) in enumerate(files)], "ignore": ignore,
+                       "from": len(cands)})
         members.append((name, cands, students))
     pairs = dolos_similarities(groups, k, window)
     out = []
@@ -378,8 +379,8 @@ def main(argv=None) -> int:
         t = totals(args.assignments, half, args.k, args.threshold, args.min_tokens, args.tokens, cache,
                    args.verbose)
         print(f"{half}: copied functions long enough to attribute flagged with the right source "
-              f"{rate(t['found'], t['copies'])}; hand-written copies (all) {rate(t['hand_found'], t['hand'])}; "
-              f"independent functions flagged "
+              f"{rate(t['found'], t['copies'])}; hand-written copies (all) {rate(t['hand_found'], t['hand'])}, "
+              f"of them written in round 2 {rate(t['hand2_found'], t['hand2'])}; independent functions flagged "
               f"{rate(t['false_positives'], t['independent'])}; too short to attribute: {t['copies_short']} "
               f"copied, {t['independent_short']} independent")
         for line in t["misses"]:

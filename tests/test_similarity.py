@@ -140,6 +140,23 @@ def test_canonical_form_of_the_usual_disguises():
     # the answer's own helper, inlined; independent statements in one order
     assert norm("def f(x, w, v):\n    q = _h(x, w)\n    k = _h(x, v)\n    return q * k\n\n"
                 "def _h(a, b):\n    return a @ b\n") == norm("def f(x, w, v):\n    k = x @ v\n    q = x @ w\n    return k * q\n")
+    # round 2's spellings: method or function, dtype aliases and casts, a size as one tuple, [:, None], a permute
+    # that swaps two axes, a dimension by either sign, (g,) = ..., a comprehension over the three weights
+    assert norm("def f(x, n):\n    t = torch.zeros((n, n), dtype=torch.double)\n"
+                "    return t + x[:, None].sin() + x.permute(0, 2, 1, 3).double().softmax(dim=1)\n") == \
+        norm("def f(x, n):\n    t = torch.zeros(n, n, dtype=torch.float64)\n"
+             "    return t + torch.sin(x.unsqueeze(1)) + torch.softmax(x.transpose(1, 2).to(torch.float64), -1)\n")
+    assert norm("def f(x, a, b):\n    q, k = [g(x @ w) for w in (a, b)]\n    (h,) = z(q, k)\n    return h\n") == \
+        norm("def f(x, a, b):\n    q = g(x @ a)\n    k = g(x @ b)\n    return z(q, k)[0]\n")
+    # a small value of the parameters, read in two blocks
+    assert norm("def f(s, m=None):\n    if m is not None:\n        b = ~m\n        s = s.masked_fill(b, 0)\n"
+                "    s = s.exp()\n    if m is not None:\n        s = s.masked_fill(b, 1)\n    return s\n") == \
+        norm("def f(s, m=None):\n    if m is not None:\n        s = s.masked_fill(~m, 0)\n"
+             "    s = s.exp()\n    if m is not None:\n        s = s.masked_fill(~m, 1)\n    return s\n")
+    # the answer's own function called with an argument by name or by position
+    helper = "\n\ndef ln(x, g, b, eps):\n    if eps > 1:\n        return x\n    return (x - g) / b + eps\n"
+    assert norm("def f(x, g, b):\n    return ln(x, g, b, eps=1e-5)" + helper) == \
+        norm("def f(x, g, b):\n    return ln(x, g, b, 1e-5)" + helper)
     # what is computed differently stays different
     assert norm("def f(x):\n    return x.view(2, -1)\n") != norm("def f(x):\n    return x.reshape(2, -1)\n")
     assert norm("def f(x):\n    return x.sum(-1)\n") != norm("def f(x):\n    return x.mean(-1)\n")
@@ -224,10 +241,10 @@ def test_calibration_held_out_half_meets_the_targets_and_the_guide_reports_it():
     from similarity_calibration import ASSIGNMENTS, totals
 
     t = totals(ASSIGNMENTS, "held-out", sim.K, sim.THRESHOLD, sim.MIN_TOKENS, "ast", {})
-    assert t["hand"] >= 19 and t["independent"] >= 35, t
-    # 17 of 19 today (89%, just under issue 32's 90%, as the guide says): no fewer
-    assert t["hand_found"] >= 17, t["misses"]
-    # none of 39 today (the target is at most 2%): at most one
+    assert t["hand"] >= 31 and t["independent"] >= 44, t
+    # 19 of 31 today (61%, under issue 32's 90%, as the guide says): no fewer
+    assert t["hand_found"] >= 19, t["misses"]
+    # one of 44 today (2.3%, just over the target of 2%): no more
     assert t["false_positives"] <= 1, t["false"]
     guide = (ROOT / "book" / "appendix" / "grading.md").read_text()
     assert f"| held-out | {t['hand_found']} / {t['hand']} " in guide

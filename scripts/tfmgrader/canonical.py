@@ -9,7 +9,8 @@ the syntax tree of a unit (a function and the helpers it calls) into one form fo
 * **optional parameters**: a parameter the exercise's signature does not have (tfmlib's ``scale=None``,
   ``dropout_p=0.0``) is fixed at its default, the way the graded function is called;
 * **temporaries**: a variable assigned once and read once is replaced by its value, so an expression split
-  into one line per step reads as the one expression again;
+  into one line per step reads as the one expression again; a small value of the parameters (``blocked =
+  ~mask``) is replaced wherever it is read, in any block;
 * **helpers**: a call of a function the unit defines (or of another graded function the answer defines, passed
   as ``inline``) whose body is straight-line code is replaced by that body;
 * **loops**: ``i = a; while i < b: ...; i += s`` becomes ``for i in range(a, b, s)``, and ``range(0, n, 1)``
@@ -20,7 +21,12 @@ the syntax tree of a unit (a function and the helpers it calls) into one form fo
   ``F.f(x, ...)`` and ``x.f(...)``; ``dim=`` given by name or position; ``x.size(i)`` and ``x.shape[i]``;
   ``b, t, d = x.shape`` and three subscripts; ``x += y`` and ``x = x + y``; ``a > b`` and ``b < a``;
   ``float("-inf")``, ``-math.inf`` and ``-torch.inf``; ``x.pow(2)``, ``torch.square(x)`` and ``x ** 2``;
-  ``1.0`` and ``1``; ``.contiguous()`` dropped.
+  ``1.0`` and ``1``; ``.contiguous()`` dropped; ``x.sin()`` and the other methods of ``METHOD_FORM``; a dimension
+  written as ``1`` or ``-1`` (``DIM``); ``x[:, None]`` and ``x.unsqueeze(1)``; ``torch.zeros((n, d))`` and
+  ``torch.zeros(n, d)``; ``torch.double``, ``torch.float64``, ``x.double()`` and ``x.to(torch.float64)``; a
+  ``permute`` that swaps two axes and ``transpose``; ``(g,) = f()`` and ``g = f()[0]``; ``mask == 0`` and
+  ``~mask``; ``a, b = [f(w) for w in (u, v)]`` and ``a, b = f(u), f(v)``; the answer's own functions called
+  with their arguments by position.
 
 Independent statements are put in one order and the names the code binds replaced afterwards, by
 ``similarity.normalise``; ``commute`` then sorts the operands of ``+``, ``*``, ``&`` and ``|``.  Nothing here
