@@ -2,7 +2,7 @@
 """Calibrate the copy detection (scripts/tfmgrader/similarity.py) on a split set; print its error rates.
 
     python scripts/similarity_calibration.py [--half tune|held-out|both] [--grid] [--k K] [--threshold T]
-                                             [--min-tokens N] [--tokens ast|plain|copydetect] [--verbose]
+                                             [--min-tokens N] [--tokens ast|plain|copydetect|dolos] [--verbose]
                                              [ASSIGNMENT ...]
 
 For each assignment of ``solutions/`` it builds, at the level of function sources (no notebooks, no nbgrader),
@@ -11,8 +11,8 @@ a class in two halves.  The window, threshold and minimum size are chosen on the
 
 * tune: the copies that ``tests/fixtures/disguise.py`` generates from tfmlib and the solutions (rename,
   reorder, comment, wrap, all four; two seeds), two pairs of students where one copied the other with every
-  disguise, and every other one (in sorted order) of the hand-written disguised copies and of the independent
-  answers;
+  disguise, and half of the hand-written disguised copies and of the independent answers (which half: the
+  SHA-256 of the example's name, ``half_of``);
 * held-out: the rest of the hand-written disguised copies (``tests/fixtures/similarity_corpus/disguised``:
   expressions split into lines, unused statements, while loops, inlined helpers, other spellings, ...; none
   made by the generator) and the rest of the independent answers (``tests/fixtures/styles``,
@@ -24,7 +24,10 @@ tfmlib's code); an independent answer counts as a false positive when it is flag
 than ``--min-tokens`` tokens of their own are not attributed and are counted apart.  ``--grid`` prints the
 rates of the tune half for several windows, thresholds and minimum sizes (the defaults of similarity.py are
 the row chosen from it); ``--tokens plain`` is the normalisation before issue 32 (names, layout and the order
-of independent assignments only), ``copydetect`` copydetect's own tokeniser on top of it.
+of independent assignments only), ``copydetect`` copydetect's own tokeniser on top of it, ``dolos`` Dolos
+(npm ``@dodona/dolos-lib``, installed under $DOLOS_DIR, not a dependency of the course) in place of ours, on the
+same units (``scripts/dolos_pairs.mjs``; ``--k`` is then Dolos's k-gram length).  ``round 2``: the hand-written
+copies marked ``"round": 2`` in ``disguised/index.json``, written and committed before any result on them was seen.
 """
 from __future__ import annotations
 
