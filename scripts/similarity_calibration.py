@@ -35,6 +35,7 @@ import argparse
 import ast
 import hashlib
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,7 @@ SEEDS = (0, 1)
 HALVES = ("tune", "held-out")
 TARGET_FOUND, TARGET_FALSE = 0.90, 0.02      # issue 32, on the held-out half
 K_DEFAULT = sim.K
+MARKERS_RE = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n", re.M)   # nbgrader's, not in a learner's copy
 DOLOS_WINDOW = 1          # Dolos's k-grams per winnowing window (--dolos-window)
 
 
@@ -273,6 +275,37 @@ def records(assignment: str, half: str, k: int, mode: str, cache: dict) -> list[
     return out
 
 
+def verbatim_flagged(assignment: str, k: int, threshold: float, min_tokens: int, cache: dict) -> list[str]:
+    """The graded functions of ``assignment`` for which a verbatim copy of the worked solution (its answer cells
+    as a learner would paste them) is flagged with the solution as its source, graded as ``similarity.analyse``
+    grades a class of one.  The coverage floor of the choice: every assignment must keep at least one."""
+    key = ("verbatim", assignment)
+    if key not in cache:
+        notebooks, graded, refs = sim.references(ROOT, assignment)
+        cells = [MARKERS_RE.sub("", c) for p in notebooks for c in sim.notebook_cells(p, learner_only=True)]
+        cache[key] = (notebooks, graded, refs, {"verbatim": sim.function_units("verbatim", "student", cells, graded)})
+    notebooks, graded, refs, units = cache[key]
+    analysis = sim.analyse(units, refs, graded, sim.release_cells(notebooks), k=k, min_tokens=min_tokens,
+                           threshold=threshold)
+    return [f for f in graded if (m := analysis.matches.get(("verbatim", f))) is not None and m.flagged
+            and m.source is not None and m.source.kind == "solution"]
+
+
+def floor_bound(assignments, k: int, cache: dict) -> int:
+    """The largest minimum size at which every assignment keeps a graded function of the worked solution long
+    enough to attribute (at window ``k``): the smallest, over the assignments, of its longest one."""
+    out = []
+    for a in assignments:
+        verbatim_flagged(a, k, 1.0, 0, cache)           # the units' sizes at window k
+        out.append(max(u.size for u in cache[("verbatim", a)][3]["verbatim"].values()))
+    return min(out)
+
+
+def covered(assignments, k: int, threshold: float, min_tokens: int, cache: dict) -> dict[str, list[str]]:
+    """``{assignment: functions whose verbatim copy is flagged with the solution}`` (``verbatim_flagged``)."""
+    return {a: verbatim_flagged(a, k, threshold, min_tokens, cache) for a in assignments}
+
+
 def decide(r: dict, threshold: float, min_tokens: int) -> tuple[float, str, bool]:
     """(similarity, source, right) with ``similarity.closest``'s rule: the closest reference when it reaches the
     threshold, else the closest of all.  ``right``: the source copied from is among the sources the report
@@ -341,6 +374,17 @@ def totals(assignments, half, k, threshold, min_tokens, mode, cache, verbose=Fal
     return total
 
 
+MIN_TOKENS_GRID = (40, 50, 60, 70, 80, 100)
+
+
+def choice_key(row) -> tuple:
+    """The rule fixed before the grid is run, among the settings that meet the floor: the lowest share of
+    independent functions flagged, then the most hand-written copies found, then the larger minimum size, the
+    higher threshold, the longer window."""
+    k, min_tokens, threshold, _, t = row
+    return (t["false_positives"] / max(t["independent"], 1), -t["hand_found"], -min_tokens, -threshold, -k)
+
+
 def rate(n: int, d: int) -> str:
     return f"{n}/{d} ({n / d:.0%})" if d else "0/0"
 
@@ -363,17 +407,34 @@ def main(argv=None) -> int:
     DOLOS_WINDOW = args.dolos_window
     cache: dict = {}
     if args.grid:
-        print(f"tune half, {args.tokens} normalisation: copies found (generated and hand-written) / "
-              "hand-written copies found / independent functions flagged")
-        print(f"{'k':>3} {'min tokens':>10} {'threshold':>9} {'copies found':>16} {'hand-written':>14} "
-              f"{'independent flagged':>20}")
+        print(f"tune half, {args.tokens} normalisation: exercises where a verbatim copy of the worked solution is "
+              "flagged with it (the floor: all of them) / copies found (generated and hand-written) / hand-written "
+              "copies found / independent functions flagged")
+        print(f"{'k':>3} {'min tokens':>10} {'threshold':>9} {'exercises':>9} {'copies found':>16} "
+              f"{'hand-written':>14} {'independent flagged':>20}")
+        rows = []
         for k in ((8, 12, 17, 23) if args.tokens == "dolos" else (10, 15, 20, 25)):
-            for min_tokens in (40, 60, 80, 100):
+            # the largest minimum size the floor allows at this window: the smallest, over the exercises, of the
+            # worked solution's longest graded function
+            bound = floor_bound(args.assignments, K_DEFAULT if args.tokens == "dolos" else k, cache)
+            for min_tokens in sorted(set(MIN_TOKENS_GRID) | {bound}):
                 for threshold in (0.5, 0.6, 0.7, 0.8):
                     t = totals(args.assignments, "tune", k, threshold, min_tokens, args.tokens, cache)
-                    print(f"{k:>3} {min_tokens:>10} {threshold:>9.2f} {rate(t['found'], t['copies']):>16} "
-                          f"{rate(t['hand_found'], t['hand']):>14} "
+                    cov = covered(args.assignments, K_DEFAULT if args.tokens == "dolos" else k, threshold,
+                                  min_tokens, cache)
+                    n_cov = sum(bool(v) for v in cov.values())
+                    rows.append((k, min_tokens, threshold, n_cov, t))
+                    print(f"{k:>3} {min_tokens:>10} {threshold:>9.2f} {n_cov:>4}/{len(cov):<4} "
+                          f"{rate(t['found'], t['copies']):>16} {rate(t['hand_found'], t['hand']):>14} "
                           f"{rate(t['false_positives'], t['independent']):>20}")
+        eligible = [r for r in rows if r[3] == len(args.assignments)]
+        if eligible:
+            k, min_tokens, threshold, _, t = min(eligible, key=choice_key)
+            print(f"chosen (the floor, then the lowest share of independent functions flagged, the most hand-written "
+                  f"copies found, the larger minimum size, the higher threshold, the longer window): k={k}, "
+                  f"{min_tokens} tokens, threshold {threshold:.2f}")
+        else:
+            print("no setting meets the floor")
         return 0
     print(f"copy detection: k={args.k} tokens, threshold {args.threshold:.2f}, at least {args.min_tokens} tokens, "
           f"{args.tokens} normalisation")

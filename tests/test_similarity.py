@@ -1,9 +1,9 @@
 """Copy detection (scripts/tfmgrader/similarity.py) and the class's mistake report (mistakes.py), without nbgrader.
 
 The calibration test grades the held-out half of scripts/similarity_calibration.py (disguised copies written by
-hand, independent answers) and requires the targets of issue 32 there: at least 90% of the copies flagged with
-the right source, no more independent answers flagged than today's one in 49; the guide must print the numbers
-it gets.
+hand, independent answers) and holds it to today's numbers there (issue 32's targets, 90% of the copies flagged
+with the right source and at most 2% of the independent answers flagged, are not met; the guide says so); the
+guide must print the numbers it gets.
 """
 from pathlib import Path
 
@@ -124,6 +124,24 @@ def test_the_disguises_of_issue_32_are_named_with_their_source(case):
     assert m.flagged and any(u.kind == entry["source"] for u in named), (case, m.similarity, m.source and m.source.label)
 
 
+ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_a_verbatim_copy_of_the_worked_solution_is_flagged_in_every_exercise(assignment):
+    """The coverage floor of the settings (book/appendix/grading.md): in every exercise at least one graded
+    function of a verbatim copy of the worked solution is long enough to attribute, flagged, and named with the
+    solution as its source; every function at the minimum size or more is."""
+    from similarity_calibration import verbatim_flagged
+
+    cache = {}
+    flagged = verbatim_flagged(assignment, sim.K, sim.THRESHOLD, sim.MIN_TOKENS, cache)
+    assert flagged, f"{assignment}: no graded function of the worked solution is attributed"
+    notebooks, graded, refs, units = cache[("verbatim", assignment)]
+    long_enough = [f for f, u in units["verbatim"].items() if u.size >= sim.MIN_TOKENS]
+    assert sorted(flagged) == sorted(long_enough) and len(units["verbatim"]) == len(graded)
+
+
 def test_canonical_form_of_the_usual_disguises():
     norm = sim.normalise
     # spellings of one product, one transpose, one scale
@@ -234,18 +252,18 @@ def test_hand_written_disguises_compute_what_their_source_computes():
             assert same(base[f](*inputs(f)), ns[f](*inputs(f))), f"{assignment}/{name} computes something else"
 
 
-def test_calibration_held_out_half_meets_the_targets_and_the_guide_reports_it():
-    """On the held-out half (hand-written copies and independent answers the settings were not chosen on): at
-    least 90% of the copies flagged with their source, and no more independent answers flagged than today; the
-    guide prints the numbers this run gives."""
+def test_calibration_held_out_half_holds_its_numbers_and_the_guide_reports_them():
+    """On the held-out half (hand-written copies and independent answers the settings were not chosen on): no
+    fewer copies flagged with their source and no more independent answers flagged than today; the guide prints
+    the numbers this run gives."""
     from similarity_calibration import ASSIGNMENTS, totals
 
     t = totals(ASSIGNMENTS, "held-out", sim.K, sim.THRESHOLD, sim.MIN_TOKENS, "ast", {})
-    assert t["hand"] >= 31 and t["independent"] >= 44, t
-    # 19 of 31 today (61%, under issue 32's 90%, as the guide says): no fewer
-    assert t["hand_found"] >= 19, t["misses"]
-    # one of 44 today (2.3%, just over the target of 2%): no more
-    assert t["false_positives"] <= 1, t["false"]
+    assert t["hand"] >= 31 and t["independent"] >= 49, t
+    # 21 of 31 today (68%, under issue 32's 90%, as the guide says): no fewer
+    assert t["hand_found"] >= 21, t["misses"]
+    # three of 49 today (6%, over the target of 2%: the price of the coverage floor, as the guide says): no more
+    assert t["false_positives"] <= 3, t["false"]
     guide = (ROOT / "book" / "appendix" / "grading.md").read_text()
     assert f"| held-out | {t['hand_found']} / {t['hand']} " in guide
     assert f"| {t['false_positives']} / {t['independent']} " in guide

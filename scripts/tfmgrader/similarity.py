@@ -56,9 +56,9 @@ from pathlib import Path
 from tfmgrader import canonical
 
 CANONICAL = True      # undo the disguises of canonical.py (False: the normalisation before issue 32, to compare)
-K = 25                # tokens per fingerprinted window
+K = 20                # tokens per fingerprinted window
 THRESHOLD = 0.8       # share of a unit's tokens found in one source that flags it for review
-MIN_TOKENS = 80       # units shorter than this (outside the boilerplate) are not attributed
+MIN_TOKENS = 74       # units shorter than this (outside the boilerplate) are not attributed
 PLACEHOLDER = "v"
 MAX_REORDER = 200     # blocks longer than this keep their order (the canonical order is quadratic)
 REPO = Path(__file__).resolve().parents[2]
