@@ -7,7 +7,8 @@
 
 For each assignment of ``solutions/`` it builds, at the level of function sources (no notebooks, no nbgrader),
 a class in two halves.  The window, threshold and minimum size are chosen on the **tune** half; the
-**held-out** half is only reported.
+**held-out** half is only reported.  Eligible settings meet a floor: in every assignment a verbatim copy of the
+worked solution is flagged with it (``verbatim_flagged``); among them ``--grid`` chooses by ``choice_key``.
 
 * tune: the copies that ``tests/fixtures/disguise.py`` generates from tfmlib and the solutions (rename,
   reorder, comment, wrap, all four; two seeds), two pairs of students where one copied the other with every
