@@ -181,3 +181,41 @@ def test_honest_own_attributes_pass(code):
 def test_reachable_names_file_is_sorted_json_of_names():
     names = json.loads(scan.REACHABLE_NAMES.read_text())
     assert names == sorted(set(names)) and all(isinstance(n, str) and n for n in names)
+
+
+# --- every binding form: round 4 of the blind red team ----------------------------------------------------------
+@pytest.mark.parametrize("code", [
+    "try:\n    pass\nexcept Exception as eval:\n    pass\n",
+    "try:\n    pass\nexcept* Exception as eval:\n    pass\n",
+    "match None:\n    case [eval]:\n        pass\n",
+    "match None:\n    case [*eval]:\n        pass\n",
+    "match None:\n    case {**eval}:\n        pass\n",
+    "match None:\n    case (1 | 2) as eval:\n        pass\n",
+    "ys = [(eval := 1) for _ in range(2)]\n",
+    "ys = {k: (eval := k) for k in range(2)}\n",
+    "for eval in range(2):\n    pass\n",
+    "with open as eval:\n    pass\n",
+    "import math as eval\n",
+    "from math import sqrt as eval\n",
+    "def g():\n    global eval\n    eval = 1\n",
+    "def g():\n    def h():\n        global eval\n        eval = 1\n",
+    "del eval\n",
+    "(eval := 1)\n",
+    "eval: int = 1\n",
+    "eval += 1\n",
+    "class eval:\n    pass\n",
+    "def eval():\n    pass\n",
+])
+def test_every_binding_form_in_the_notebook_namespace_is_checked(code):
+    """A built-in bound in the notebook's namespace, whatever the form (Python's symbol table lists them all),
+    is refused: a handler that never runs or a pattern that never matches would leave Python's own eval there."""
+    assert any("built-in 'eval'" in r for r in flags(code + "def f(x):\n    return x\n")), flags(code)
+
+
+@pytest.mark.parametrize("code", [
+    "def f(x):\n    try:\n        y = x\n    except RuntimeError as err:\n        y = str(err)\n    return y\n",
+    "def f(x):\n    ys = [(z := v) for v in range(2)]\n    return x\n",
+    "def f(x):\n    match x.dim():\n        case 2:\n            return x\n        case n:\n            return x.flatten(0, n - 2)\n",
+])
+def test_local_binding_forms_stay_the_answers_own(code):
+    assert flags(code) == []

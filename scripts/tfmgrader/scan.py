@@ -994,47 +994,47 @@ class _Checker(ast.NodeVisitor):
             return True
         if self._new_instance_variable(base.id):
             return True
+        found = self._binding_scope(base.id)
+        if found is None:
+            return False
+        k, sym = found
+        node = self.stack[k].node
+        if not (sym.is_parameter() and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and k == 2 and self.stack[1].kind == "class"      # a method of a top-level class
+                and self.stack[1].node.name in self.ctx.learner_classes and (node.args.posonlyargs + node.args.args)
+                and (node.args.posonlyargs + node.args.args)[0].arg == base.id):
+            return False
+        decorators = {ast.unparse(d) for d in node.decorator_list}
+        positional = node.args.posonlyargs + node.args.args
+        if len(node.args.defaults) >= len(positional):
+            return False        # a default for self: the method runs without an instance
+        rebound = any(isinstance(n, ast.Name) and n.id == base.id and isinstance(n.ctx, (ast.Store, ast.Del))
+                      for n in ast.walk(node))
+        return decorators <= {"property", "classmethod"} and not rebound
+
+    def _binding_scope(self, name):
+        """``(position in the stack, symbol)`` of the function scope whose variable ``name`` is where it is read
+        (class bodies skipped, free variables followed outwards), or None for a global or unknown name."""
         for k in range(len(self.stack) - 1, 0, -1):
             scope = self.stack[k]
             if scope.kind == "class":
                 continue
-            sym = scope.symbol(base.id)
+            sym = scope.symbol(name)
             if sym is None or sym.is_global():
-                return False
-            if sym.is_free():
-                continue
-            node = scope.node
-            if not (sym.is_parameter() and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                    and k == 2 and self.stack[1].kind == "class"      # a method of a top-level class
-                    and self.stack[1].node.name in self.ctx.learner_classes and (node.args.posonlyargs + node.args.args)
-                    and (node.args.posonlyargs + node.args.args)[0].arg == base.id):
-                return False
-            decorators = {ast.unparse(d) for d in node.decorator_list}
-            positional = node.args.posonlyargs + node.args.args
-            if len(node.args.defaults) >= len(positional):
-                return False        # a default for self: the method runs without an instance
-            rebound = any(isinstance(n, ast.Name) and n.id == base.id and isinstance(n.ctx, (ast.Store, ast.Del))
-                          for n in ast.walk(node))
-            return decorators <= {"property", "classmethod"} and not rebound
-        return False
+                return None
+            if not sym.is_free():
+                return k, sym
+        return None
 
     def _method_parameter(self, base) -> bool:
         """``base`` is a parameter (not the first, ``self``) of a method: a function defined in a class body, which
         the class's callers and any library protocol may call with values of their own."""
-        if not isinstance(base, ast.Name):
+        found = self._binding_scope(base.id) if isinstance(base, ast.Name) else None
+        if found is None:
             return False
-        for k in range(len(self.stack) - 1, 0, -1):
-            scope = self.stack[k]
-            if scope.kind == "class":
-                continue
-            sym = scope.symbol(base.id)
-            if sym is None or sym.is_global():
-                return False
-            if sym.is_free():
-                continue
-            return sym.is_parameter() and isinstance(scope.node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
-                and self.stack[k - 1].kind == "class"
-        return False
+        k, sym = found
+        return sym.is_parameter() and isinstance(self.stack[k].node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+            and self.stack[k - 1].kind == "class"
 
     def _is_super_init(self, node) -> bool:
         v = getattr(node, "value", None)
