@@ -258,7 +258,7 @@ def graded_class(tmp_path_factory):
     require_bwrap()
     missing = [a for a in ASSIGNMENTS if not (ROOT / "solutions" / a / f"{a}.ipynb").exists()]
     assert not missing, f"assignments missing from solutions/: {missing}"
-    from fixtures.make_class import make_class
+    from fixtures.make_class import graded_end_to_end, make_class
 
     course = tmp_path_factory.mktemp("class")
     shutil.copy(ROOT / "nbgrader_config.py", course)
@@ -274,7 +274,7 @@ def graded_class(tmp_path_factory):
     subprocess.run([sys.executable, "-c", code], cwd=course, env=env, check=True, capture_output=True)
     from fixtures.answers import STYLES
     kinds = {a: CI_KINDS_DEFAULT | {f"correct-style-{s}" for s in STYLES.get(a, {})} for a in ASSIGNMENTS}
-    kinds["03_self_attention"] = None           # every style and every attack on one assignment
+    kinds["03_self_attention"] = graded_end_to_end   # every style, and the attacks only a run can judge, on one
     kinds["09_modern_gpt"] |= {"attack-rms-norm-alias", "attack-gqa-torch-sdpa", "attack-rope-tfmlib"}
     expected = make_class(course, ASSIGNMENTS, copies=1, kinds=kinds)
     victim = course / "submitted" / "03c0-correct-plain" / "03_self_attention" / "03_self_attention.ipynb"
@@ -334,7 +334,7 @@ def test_class_statuses_and_reasons(graded_class):
                 or "sqlite-gradebook" in s or "read-solution" in s or "socket" in s:
             assert status[s] == "flagged" and rows[s]["reason"], rows[s]
     assert status["03c0-attack-endless-loop"] == "timed out"
-    assert sum(k.startswith("03c0-attack-") for k in rows) >= 40, "the adversarial suite has at least 40 attacks"
+    assert sum(k.startswith("03c0-attack-") for k in rows) >= 30, "the attacks only a run can judge, and samples"
     assert "renamed" in rows["03c0-renamed"]["reason"]
 
 
@@ -543,10 +543,10 @@ def flags_of(report: dict) -> list[str]:
 def test_default_autograde_grades_the_whole_suite(tmp_path):
     """The adversarial suite and the correct styles through plain `nbgrader autograde`, no extra flag."""
     require_bwrap()
-    from fixtures.make_class import make_class
+    from fixtures.make_class import graded_end_to_end, make_class
     a = "03_self_attention"
     env = new_course(tmp_path, [a])
-    expected = make_class(tmp_path, [a], kinds={a: None})
+    expected = make_class(tmp_path, [a], kinds={a: graded_end_to_end})
     for student in [s for s in expected if "invalid-json" in s or "renamed" in s]:
         del expected[student]       # nbgrader alone cannot read these; scripts/grade.py reports them
         shutil.rmtree(tmp_path / "submitted" / student)
