@@ -58,3 +58,14 @@ def test_the_search_finds_a_route_when_private_names_are_admitted():
                                depth=2, start=start)
     assert "warnings.catch_warnings()._module -> module warnings" in map(str, old_rule.routes), old_rule.routes
     assert closure.explore(scan.admitted_on_any_value, depth=2, start=start).routes == []
+
+
+def test_the_search_finds_reflection_done_by_library_code():
+    """Red-team round 6: ``functools.wraps(f).func`` is ``functools.update_wrapper``, which reads any attribute of one
+    object and sets it on another by the names its caller passes.  The search counts such functions as routes
+    (``closure.REFLECTION``), so listing ``functools.wraps`` again fails the closure test."""
+    import functools
+
+    start = {"functools.wraps": functools.wraps}
+    routes = [str(r) for r in closure.explore(scan.admitted_on_any_value, depth=2, start=start).routes]
+    assert any("functools.update_wrapper" in r or "functools.wraps" in r for r in routes), routes

@@ -472,3 +472,19 @@ def test_the_scan_refuses_rewriting_the_measure():
     cells = notebook_cells()
     flags = scan_cells({5: REWRITES_THE_MEASURE}, [cells["setup"]], [cells[MEMORY_TEST]], {"blockwise_attention"})
     assert any("check" in f.reason for f in flags), flags
+
+
+def test_a_file_mapped_into_memory_counts_as_held(tmp_path):
+    """Red-team round 6 held exercise 7's full score matrix in ``numpy.memmap`` files on disk: resident, but file
+    pages (``RssFile``), which the measure once left out.  Inside the kernel and from outside alike, 64 MB written
+    through a mapping of a file now count."""
+    import os
+
+    from tfmgrader.outside_memory import resident
+
+    before_in, before_out = check._resident(), resident([os.getpid()])
+    mapped = np.memmap(tmp_path / "scores.bin", dtype=np.float64, mode="w+", shape=(8 * 1024 * 1024,))
+    mapped[:] = 1.0                                     # 64 MB, every page written
+    grown_in, grown_out = check._resident() - before_in, resident([os.getpid()]) - before_out
+    del mapped
+    assert grown_in > 60e6 and grown_out > 60e6, (grown_in, grown_out)

@@ -59,7 +59,7 @@ def test_every_group_has_a_reason_and_no_shortcut_or_refused_name_is_listed():
     for attack in ("typing.get_type_hints", "typing.ForwardRef", "functools.singledispatch", "torch.load",
                    "numpy.load", "torch.hub", "torch.package", "torch.utils", "torch.jit", "torch.ops"):
         assert not p.admits(*attack.rsplit(".", 1)), attack
-    assert set(p.names["functools"]) == {"reduce", "partial", "lru_cache", "cache", "wraps"}
+    assert set(p.names["functools"]) == {"reduce", "partial", "lru_cache", "cache"}   # wraps: round 6
 
 
 @pytest.mark.parametrize("module", sorted(m for m in policy.load().modules if m != "__future__"))

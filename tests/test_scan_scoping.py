@@ -168,7 +168,7 @@ def test_a_defined_name_that_library_objects_offer_is_refused_with_a_way_out():
     "    return n(x) if isinstance(n, Norm) else print(type(n), type(x) is torch.Tensor)",
     "class HeadLayout:\n    def __init__(self, d):\n        self.d = d\n    def merge(self, y):\n        return y * self.d\n"
     "def f(x):\n    layout = HeadLayout(2)\n    return layout.merge(x)",
-    "import functools\ndef deco(g):\n    @functools.wraps(g)\n    def inner(x):\n        return g(x)\n    return inner\n"
+    "def deco(g):\n    def inner(x):\n        return g(x)\n    return inner\n"      # a decorator, without functools.wraps
     "@deco\ndef f(x):\n    return x * 2",
     "for _ in range(2):\n    pass\nb, _, d = torch.ones(2, 3, 4).shape\n",
     "class Acc:\n    _count_so_far = 0\n    @classmethod\n    def bump(cls):\n        return cls._count_so_far + 1\n"
@@ -218,4 +218,38 @@ def test_every_binding_form_in_the_notebook_namespace_is_checked(code):
     "def f(x):\n    match x.dim():\n        case 2:\n            return x\n        case n:\n            return x.flatten(0, n - 2)\n",
 ])
 def test_local_binding_forms_stay_the_answers_own(code):
+    assert flags(code) == []
+
+
+# --- round 6 of the blind red team -----------------------------------------------------------------------------
+@pytest.mark.parametrize("code, reason", [
+    # a top-level def of a read-only name, counted among the graded names, took it out of the protected ones
+    ("def SHORTCUTS():\n    return None\nSHORTCUTS = ('tfmlib',)\n", "rebinds 'SHORTCUTS'"),
+    ("KEEP = [check]\ndef check(*a):\n    return a\ncheck = KEEP[0]\n", "rebinds 'check'"),
+    ("class check:\n    pass\n", "rebinds 'check'"),
+    # reflection done by library code: wraps(f).func is update_wrapper; wraps(obj)(box) copies obj's attributes
+    ("import functools\nupdate = functools.wraps(len).func\n", "functools.wraps"),
+    ("from functools import wraps\n", "functools.wraps"),
+    # a property setter receives what a library's setattr sets
+    ("class A:\n    x = property(fset=lambda s, v: None)\n", "setter or deleter"),
+    ("class A:\n    x = property(lambda s: 1, lambda s, v: None)\n", "setter or deleter"),
+    ("class A:\n    @property\n    def x(self):\n        return 1\n    @x.setter\n    def x(self, v):\n        pass\n",
+     "property's setter"),
+    # a class body binding a name no answer may read on a value
+    ("class A:\n    f_globals = None\n", "binds 'f_globals' in a class body"),
+    ("class A:\n    scaled_dot_product_attention = None\n", "binds 'scaled_dot_product_attention' in a class body"),
+])
+def test_round_6_holes_are_flagged(code, reason):
+    """Even where the learner's cells define the name (the graded names come from them), a read-only name stays
+    protected; functools.wraps is off the list; setters and refused names in class bodies are flagged."""
+    found = [f.reason for f in scan_cells({3: code}, SETUP, TESTS, {"f", "SHORTCUTS", "check"})]
+    assert any(reason in r for r in found), found
+
+
+@pytest.mark.parametrize("code", [
+    "class A:\n    @property\n    def x(self):\n        return 1\n",
+    "class A:\n    x = property(lambda self: 1, doc='one')\n",
+    "class Box:\n    size = 3\n    def kept(self):\n        return self.size\n",
+])
+def test_read_only_properties_and_plain_class_attributes_pass(code):
     assert flags(code) == []

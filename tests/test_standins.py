@@ -3,6 +3,7 @@ with a trusted stand-in in place of the learner's (scripts/tfmcheck/standins.py)
 that one call (issue 31)."""
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -141,3 +142,69 @@ def test_a_withheld_dependency_costs_only_its_own_points(dependent, tmp_path, mo
     verdicts, _, _ = graded(cells_of(nb), tmp_path)
     lost = {gid for gid, ok in verdicts.items() if not ok}
     assert lost and not lost & own, (dependency, sorted(lost))
+
+
+@pytest.fixture
+def graded_cell(tmp_path):
+    """The test runs as in the grader's kernel (results recorded); ``graded_cell(gid)`` starts the test cell ``gid``."""
+    with check.recording(tmp_path / "trace.jsonl") as recorder:
+        yield check.begin_test
+    os.close(recorder.fd)
+
+
+def test_when_graded_only_the_function_a_test_cell_tests_gets_stand_ins(graded_cell):
+    """Red-team round 7: which call gets a stand-in is decided by the trusted test cell's grade id, never inferred from
+    the learner's names.  An alias to another exercise's dependent (``self_attention = multi_head_attention``) gives
+    exercise 4's function no attention; a dependency's own test cell never gets one, whatever the names hold."""
+    ns = {}
+    exec("def scaled_dot_product_attention(q, k, v, mask=None):\n    raise NotImplementedError('mine')\n"
+         "def multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, mask=None):\n"
+         "    return scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask)[0] @ W_o\n"
+         "self_attention = multi_head_attention\n", ns)
+    x, w = torch.randn(2, 3, 4, dtype=torch.float64), torch.eye(4, dtype=torch.float64)
+    for gid in ("test_mha_values", "test_mha_mask", "test_self_attention_is_not_this", "test_sdpa_values"):
+        graded_cell(gid)
+        with pytest.raises(NotImplementedError, match="mine"):
+            check.call(ns["multi_head_attention"], x, w, w, w, w, 1, forbid=("tfmlib", "sdpa"))
+    # exercise 3's own test of self_attention does get one, for the function bound as self_attention
+    graded_cell("test_self_attention")
+    out = check.call(ns["self_attention"], x, w, w, w, w, 1, forbid=("tfmlib", "sdpa"))
+    assert torch.allclose(out, torch.nn.functional.scaled_dot_product_attention(x, x, x))
+    # ... and, in the same cell, no other function does
+    with pytest.raises(NotImplementedError, match="mine"):
+        check.call(ns["scaled_dot_product_attention"], x, x, x, forbid=("tfmlib", "sdpa"))
+
+
+def test_a_name_the_notebook_deleted_is_gone_from_the_tests_namespace_too():
+    """Red-team round 7: a test cell saw a function the notebook had deleted (``global f; del f`` in an answer), the
+    value an earlier cell had copied; the dependency then looked undefined to the stand-ins while the tests still
+    called it.  What a test cell binds itself stays."""
+    notebook, tests = {"__name__": "__main__"}, check.TestNamespace()
+    exec("def f():\n    return 1\n", notebook)
+    check.run_test("from math import pi\nassert f() == 1\n", notebook, tests)
+    del notebook["f"]
+    with pytest.raises(NameError, match="'f' is not defined"):
+        check.run_test("f()\n", notebook, tests)
+    check.run_test("assert pi > 3\n", notebook, tests)
+    # deleted while a test cell runs (by the learner's function it calls): gone for the rest of the cell
+    exec("def g():\n    global f\n    del f\n    return 2\ndef f():\n    return 1\n", notebook)
+    notebook["check"] = check
+    with pytest.raises(NameError, match="'f' is not defined"):
+        check.run_test("check.call(g)\nf()\n", notebook, tests)
+
+
+def test_the_learners_function_is_never_handed_a_graph_that_trusted_code_built():
+    """Red-team round 7: PyTorch's attention, run by a test on tensors the learner's function had returned with
+    ``requires_grad``, handed its output (and the backward of the fused kernel) to the next learner function.  A
+    tensor argument that carries a graph reaches the function detached; a leaf the test made is passed as it is."""
+    seen = []
+    def learner(*args, **kwargs):
+        seen.extend([*args, *kwargs.values()])
+        return 0
+    leaf = torch.randn(3, requires_grad=True)
+    made = torch.nn.functional.scaled_dot_product_attention(leaf.view(1, 1, 3), leaf.view(1, 1, 3), leaf.view(1, 1, 3))
+    assert made.grad_fn is not None
+    check.call(learner, made, [made], {"k": made}, leaf, forbid=("tfmlib",), kw=made)
+    assert seen[0].grad_fn is None and seen[1][0].grad_fn is None and seen[2]["k"].grad_fn is None
+    assert seen[3] is leaf and seen[4].grad_fn is None
+    assert torch.equal(seen[0], made.detach())

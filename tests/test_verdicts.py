@@ -30,6 +30,7 @@ from test_feedback import ASSIGNMENT, WRONG
 
 from tfmcheck import checking as check
 from tfmcheck import feedback, trace
+from tfmcheck.standins import DEPENDS
 from tfmgrader.verify import replay
 
 HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", re.S)
@@ -108,10 +109,22 @@ def graded(cells, tmp_path):
     return {gid: ok and verdicts.passed.get(gid, False) for gid, ok in in_kernel.items()}, in_kernel, drew
 
 
-def verdicts(nb, tmp_path):
-    everything = cells_of(nb)
+def touching(cells, function):
+    """``cells`` without the test cells that can only reach the solution's own code when ``function`` is the one
+    mistake: those that name neither ``function`` nor a function built on it (``standins.DEPENDS``).  Each of them
+    runs the solution's answers alone, and so reaches the solution's verdict, checked with the solution itself;
+    exercise 7's memory test is the one that costs seconds, three runs for each of its ten mask mistakes."""
+    names = {function} | {d for d, deps in DEPENDS.items() if function in deps}
+    reaches = re.compile(r"\b(" + "|".join(sorted(names)) + r")\b")
+    return [(gid, src, kind) for gid, src, kind in cells if kind != "test" or reaches.search(src)]
+
+
+def verdicts(nb, tmp_path, mistake=None):
+    """{where: {test grade_id: passed}}; ``mistake``: the one function the submission gets wrong (``touching``)."""
+    keep = (lambda cells: cells) if mistake is None else (lambda cells: touching(cells, mistake))
+    everything = keep(cells_of(nb))
     grading, in_kernel, drew = graded(everything, tmp_path)
-    return {"visible tests and Validate": run(cells_of(nb, hidden=False)),
+    return {"visible tests and Validate": run(keep(cells_of(nb, hidden=False))),
             # `make check` runs the same cells without the reseeding, and decides in the kernel: its own run (the
             # graded kernel only records, tfmcheck.withheld)
             "make check": run(everything),
@@ -145,7 +158,8 @@ def test_one_verdict_per_test_everywhere(assignment, tmp_path, monkeypatch):
     monkeypatch.setattr(feedback, "diagnose", lambda *args, **kwargs: None)
     disagreements, correct = [], 0
     for label, nb in submissions(assignment):
-        seen = verdicts(nb, tmp_path)
+        mistake = label.removeprefix("mistake ").split("/")[0] if label.startswith("mistake ") else None
+        seen = verdicts(nb, tmp_path, mistake if mistake in ASSIGNMENT else None)
         reference = seen["grading"]
         for where, passed in seen.items():
             if passed != reference:

@@ -75,6 +75,9 @@ _numel = torch.Tensor.numel
 _any = torch.Tensor.any
 _shape_of = torch._C.TensorBase.__dict__["shape"].__get__
 _dtype_of = torch._C.TensorBase.__dict__["dtype"].__get__
+_grad_fn_of = torch._C.TensorBase.__dict__["grad_fn"].__get__
+_dict_items = dict.items
+_Parameter = torch.nn.Parameter
 _getprofile, _setprofile = sys.getprofile, sys.setprofile
 _fn_modes = torch._C._len_torch_function_stack
 _dispatch_modes = torch._C._len_torch_dispatch_stack
@@ -491,6 +494,7 @@ def call(fn, *args, forbid=("tfmlib",), allow=(), **kwargs):
 
     While a notebook is graded, the result is also recorded (learner's kernel) or replayed (grader's
     process); see ``tfmcheck.trace``."""
+    args, kwargs = _without_graph((args, kwargs))
     if _MODE is not None and _MODE.replaying:
         return _MODE.record(((args, kwargs)))
     if not callable(fn):
@@ -498,13 +502,30 @@ def call(fn, *args, forbid=("tfmlib",), allow=(), **kwargs):
 
     def run():  # a function built on another graded one runs on a trusted stand-in for it (tfmcheck.standins)
         with _inputs_kept(args, kwargs), _RandomStateKept(_flatten((args, kwargs))), \
-                _standing_in(fn, _absent) as trusted, forbid_shortcuts(*forbid, allow=(*allow, *trusted)):
+                _standing_in(fn, _absent, None if _MODE is None else _CURRENT_TEST[0]) as trusted, \
+                forbid_shortcuts(*forbid, allow=(*allow, *trusted)):
             return fn(*args, **kwargs)
     try:
         return run() if _MODE is None else _MODE.record((args, kwargs), run)
     finally:
         if _RUNNING[0] is not None:     # a stand-in may have bound a name the test cell then uses (standins: _absent)
             _RUNNING[0].refresh()
+
+
+def _without_graph(value):
+    """``value`` (a call's arguments) with every tensor that carries an autograd graph replaced by its detached
+    copy, in tuples, lists and dicts of exact type: the tests never hand the learner's function a graph that trusted
+    code built (PyTorch's attention run on what the function returned earlier, say), whose backward the function
+    could run on inputs of its choosing.  A leaf the test made with ``requires_grad`` is passed as it is."""
+    kind = _type(value)
+    if kind is tuple or kind is list:
+        return kind(_without_graph(v) for v in value)
+    if kind is dict:
+        return {k: _without_graph(v) for k, v in _dict_items(value)}
+    if (kind is _Tensor or kind is _Parameter) and _grad_fn_of(value) is not None:
+        with _trace._plain():
+            return _detach(value)
+    return value
 
 
 def _absent(name):
@@ -606,9 +627,10 @@ class _TracedPeak:
 
 
 def _resident() -> int:
-    """Bytes of anonymous and shared memory this process holds in RAM now (``RssAnon + RssShmem`` of
-    ``/proc/self/status``: every NumPy array, tensor, list or buffer it has written to, whoever made it, and not the
-    libraries' code), or -1 where there is no such file (not Linux)."""
+    """Bytes of memory this process holds in RAM now (``RssAnon + RssShmem + RssFile`` of ``/proc/self/status``:
+    every NumPy array, tensor, list or buffer it has written to, whoever made it, a file it mapped into memory
+    (``numpy.memmap``, red-team round 6) included; the libraries' code is there too, but loaded before the baseline),
+    or -1 where there is no such file (not Linux)."""
     try:
         fd = _os_open("/proc/self/status", _O_RDONLY)
     except OSError:
@@ -618,12 +640,12 @@ def _resident() -> int:
     finally:
         _os_close(fd)
     total, found = 0, 0
-    for key in (b"\nRssAnon:", b"\nRssShmem:"):
+    for key in (b"\nRssAnon:", b"\nRssShmem:", b"\nRssFile:"):
         at = _STATUS.find(key, 0, n)
         if at >= 0:
             total += int(_STATUS[at + len(key):_STATUS.find(b"kB", at, n)]) * 1024
             found += 1
-    return total if found == 2 else -1
+    return total if found == 3 else -1
 
 
 def _cell_number() -> int:
@@ -696,6 +718,7 @@ def peak_memory(fn, *args, forbid=("tfmlib",), **kwargs):
 
     ``assert_memory_below`` compares it with a limit.  While a notebook is graded the result and the usage are
     recorded in the learner's kernel and the comparison is replayed by the grader (``tfmcheck.trace``)."""
+    args, kwargs = _without_graph((args, kwargs))
     if _MODE is not None and _MODE.replaying:
         return _MODE.record(((args, kwargs), "peak_memory"))
     if not callable(fn):
@@ -784,7 +807,12 @@ def begin_test(cell_id):
     inputs in the kernel and in the replay whatever the learner's code did before it."""
     if _MODE is not None:
         _MODE.begin(cell_id)
+    _CURRENT_TEST[0] = cell_id      # which function the cell tests decides the stand-ins (tfmcheck.standins)
     seed(input_seed(zlib.crc32(str(cell_id).encode())))
+
+
+#: The grade id of the test cell the grader runs now (``begin_test``); read only while graded (``_MODE``).
+_CURRENT_TEST = [None]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -826,19 +854,31 @@ class TestNamespace:
         self.names: dict = {}       # what a test cell runs in: the notebook's names, then the tests' own over them
         self.bound: set = set()     # the names the test cells bound (never taken from the notebook again)
         self.notebook = None        # the notebook's namespace, while a test cell runs (run_test)
+        self.taken: dict = {}       # what was last taken from the notebook, by name
 
     def refresh(self):
         """Take again the notebook's names the test cells did not bind themselves (a name bound during a test
         cell, by ``check.call``'s stand-ins, is seen by the rest of the cell as in a plain cell)."""
-        notebook = self.notebook
-        if notebook is None:
-            return
+        if self.notebook is not None:
+            self.take(self.notebook)
+
+    def take(self, notebook):
+        """The notebook's names, as they are now, under the tests' own: a name the notebook no longer has (``del``) is
+        gone here too, never kept from an earlier cell (red-team round 7 kept a deleted name's old function so)."""
+        names, taken = self.names, self.taken
+        for name, value in _tuple(taken.items()):
+            if name not in notebook:
+                del taken[name]
+                if names.get(name, _TESTS) is value:    # not bound again by a test cell meanwhile
+                    del names[name]
         for name, value in _tuple(notebook.items()):
-            if _type(name) is str and name not in self.bound and self.names.get(name, _TESTS) is not value:
-                self.names[name] = value
+            if _type(name) is str and name not in self.bound and names.get(name, _TESTS) is not value:
+                names[name] = taken[name] = value
+        names["check"] = _THIS_MODULE       # the checks themselves, never a value of the notebook's (round 6)
 
 
 _TESTS = TestNamespace()            # the graded kernel's (the replay makes its own)
+_THIS_MODULE = sys.modules[__name__]
 _RUNNING = [None]                   # the TestNamespace of the test cell running now (run_test), if any
 
 
@@ -850,10 +890,8 @@ def run_test(source, notebook, tests=None, filename="<test cell>"):
     of this notebook (the kernel's own by default).  Self-study runs test cells as plain cells."""
     tests = _TESTS if tests is None else tests
     tests.notebook = notebook
+    tests.take(notebook)
     names = tests.names
-    for name, value in notebook.items():
-        if name not in tests.bound:
-            names[name] = value
     before = dict(names)
     code = compile(source, filename, "exec")
     previous, _RUNNING[0] = _RUNNING[0], tests

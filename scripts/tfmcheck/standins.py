@@ -45,6 +45,21 @@ DEPENDS = {
     "grouped_query_attention": ("apply_rope",),                     # exercise 9
 }
 
+#: When a notebook is graded, which function each test cell tests, by the cell's grade id (from the gradebook, never
+#: the learner's notebook): a stand-in is made only while one of these cells calls the function it tests, bound under
+#: that function's name.  Which call is a dependent's is never inferred from the learner's names there: an alias
+#: (``self_attention = multi_head_attention``) or a name deleted at the right moment would otherwise hand another
+#: exercise's function, or the dependency's own tests, a correct implementation (red-team round 7).
+TESTED_BY = {
+    "test_grad_norm": "grad_norm_by_distance",
+    "test_self_attention": "self_attention",
+    "test_mha_values": "multi_head_attention", "test_mha_mask": "multi_head_attention",
+    "test_decoder_mask": "decoder_mask",
+    "test_decoder_block": "decoder_block",
+    "test_gqa_heads": "grouped_query_attention", "test_gqa_cache": "grouped_query_attention",
+}
+assert set(TESTED_BY.values()) == set(DEPENDS)
+
 _OFF = ("{name}: the tests' stand-in for your {name} works only while a test calls the function built on it")
 
 
@@ -141,18 +156,26 @@ def _dependent(fn, names):
 
 
 @contextlib.contextmanager
-def standing_in(fn, absent=None):
+def standing_in(fn, absent=None, test=None):
     """While the block runs, every name of ``fn``'s namespace bound to a dependency of ``fn`` (``DEPENDS``) holds a
     trusted stand-in, switched on; yields the stand-ins (for the shortcut guard's ``allow``).  Afterwards every
     binding is as it was and the stand-ins raise; a dependency the learner had not defined is then bound to
     ``absent(name)`` (``checking._absent``: raises NameError), so that a test cell that also calls it through
     ``check.call`` records that call in the kernel as the replay makes it.  Nothing is replaced when ``fn`` is not a
-    plain function bound under a dependent's name, or when it is itself one of its dependencies."""
+    plain function bound under a dependent's name, or when it is itself one of its dependencies.  ``test``: the grade id
+    of the test cell the grader runs now (``checking.begin_test``; None in self-study): when graded, only the function
+    that cell tests (``TESTED_BY``) gets stand-ins."""
     # Only the dict's own methods touch the namespace, and only its string keys: no learner code runs here, outside
     # the shortcut guard (a dict subclass, a key with its own __hash__ or __eq__ is left alone).
     names = fn.__globals__ if _type(fn) is _FunctionType else None
     names = names if _type(names) is _dict else None
-    dependent = _dependent(fn, names) if names is not None else None
+    if names is None:
+        dependent = None
+    elif test is None:                  # self-study, Validate, make check: the learner's own kernel, nothing to guard
+        dependent = _dependent(fn, names)
+    else:                               # graded: the trusted test cell says which function it tests
+        dependent = _dict_get(TESTED_BY, test) if _type(test) is _str else None
+        dependent = dependent if dependent is not None and _dict_get(names, dependent) is fn else None
     originals = [_dict_get(names, d, _MISSING) for d in DEPENDS[dependent]] if dependent else []
     if dependent is None or any(o is fn for o in originals):
         yield ()

@@ -43,6 +43,13 @@ CODE_BUILTINS = {"eval", "exec", "compile", "__import__", "open", "getattr", "se
                  "locals", "vars", "dir", "breakpoint", "input", "help", "memoryview", "__build_class__"}
 
 
+#: Library functions that read or set attributes whose names their caller passes (reflection done by library code):
+#: ``functools.update_wrapper`` reads any attribute of one object and sets it on another (red-team round 6 reached it
+#: as ``functools.wraps(f).func``).  ``"module.qualname"``; holding one is a route out.
+REFLECTION = {"functools.update_wrapper", "functools.wraps", "operator.attrgetter", "operator.methodcaller",
+              "copyreg.__newobj__", "inspect.getattr_static", "inspect.getmembers"}
+
+
 #: Types that compute attributes by handing the lookup to another object: that object is explored too, so that
 #: its names count as reachable (``typing.List.append`` is ``list.append``).
 FORWARDS = {"typing._BaseGenericAlias": "__origin__"}
@@ -87,6 +94,8 @@ def danger(obj, shortcut_ids: set[int], shortcut_names: set[str]) -> str | None:
     module = type(obj).__module__ or ""
     if module.startswith(("IPython", "ipykernel")):
         return f"IPython's {type(obj).__qualname__}"
+    if callable(obj) and f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}" in REFLECTION:
+        return f"{obj.__module__}.{obj.__qualname__}, which reads and sets attributes by the names it is given"
     if id(obj) in shortcut_ids:
         return f"the library implementation {getattr(obj, '__qualname__', obj)!r}"
     name = getattr(obj, "__name__", None)

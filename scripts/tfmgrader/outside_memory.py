@@ -4,8 +4,9 @@ Exercise 7's memory test (``check.peak_memory``) measures inside the kernel, whe
 guard could rewrite the measurement.  The grader therefore also samples the kernel's processes from its own
 process while the test cell runs (``Sampler``), from the end of the read-only cell that sets the memory baseline
 (``check.memory_baseline()``), and the replay takes the larger of the two readings (``tfmcheck.trace.Replayer``).
-What is read is the same measure the kernel uses, ``RssAnon + RssShmem`` of ``/proc/<pid>/status``: the memory
-the processes have written to, whoever made it, and not the libraries' code.
+What is read is the same measure the kernel uses, ``RssAnon + RssShmem + RssFile`` of ``/proc/<pid>/status``: the
+memory the processes hold in RAM, whoever made it, files mapped into memory included (``numpy.memmap``: red-team
+round 6); the libraries' code is counted too, but it is loaded before the baseline.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import threading
 from typing import Callable, Iterable
 
 BASE, PEAK = "base", "peak"
-FIELDS = (b"RssAnon:", b"RssShmem:")
+FIELDS = (b"RssAnon:", b"RssShmem:", b"RssFile:")
 
 
 def resident(pids: Iterable[int]) -> int:

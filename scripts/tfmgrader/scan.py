@@ -618,6 +618,7 @@ class _Checker(ast.NodeVisitor):
 
     # definitions ---------------------------------------------------------------------------------------
     def visit_FunctionDef(self, node):
+        self.visit_FunctionDef_decorators(node)
         if node.name.startswith("__"):
             if not (node.name in ALLOWED_DUNDER_DEFS and self.stack[-1].kind == "class"):
                 self.flag(node, f"defines '{node.name}' (a dunder method can change how the tests see values)")
@@ -702,7 +703,19 @@ class _Checker(ast.NodeVisitor):
                                 f"may be subclassed; a subclass of a tensor or a number can fake comparisons)")
         for kw in node.keywords:
             self.flag(node, f"passes '{kw.arg}=' to a class definition (metaclasses are not allowed in answers)")
+        for name, line in class_body_names(node):
+            if name in DANGEROUS_ATTRIBUTES or name in FORBIDDEN_ATTRIBUTES or name.startswith("__") and \
+                    name not in ALLOWED_DUNDER_DEFS:
+                self.flag(ast.Pass(lineno=line), f"binds '{name}' in a class body, a name an answer may never read "
+                                                 f"on a value (a library that sets or reads it would hand it over)")
         self._enter(node, "class", node.body)
+
+    def visit_FunctionDef_decorators(self, node):
+        """A property's setter or deleter (``@x.setter``) is refused, as ``property(fget, fset)`` is."""
+        for d in node.decorator_list:
+            if isinstance(d, ast.Attribute) and d.attr in ("setter", "deleter"):
+                self.flag(d, f"defines a property's {d.attr} (a library's setattr would call your code with its own "
+                             f"values); use a plain attribute or a method")
 
     def _allowed_base(self, base) -> bool:
         if isinstance(base, ast.Name) and self.resolve(base.id) in ("local", "module") and \
@@ -767,6 +780,10 @@ class _Checker(ast.NodeVisitor):
             elif _FORMAT_ATTRIBUTE.search(template.value):
                 self.flag(node, "formats a field that reads a private or dunder attribute ('{0._x}'); use an "
                                 "f-string on your own values")
+        if isinstance(node.func, ast.Name) and node.func.id == "property" and self.resolve("property") == "builtin" \
+                and (len(node.args) > 1 or any(kw.arg != "doc" for kw in node.keywords)):
+            self.flag(node, "makes a property with a setter or deleter (a library's setattr would call your code "
+                            "with its own values); use a plain attribute or a method")
         if callee in ("functools.wraps", "functools.update_wrapper") and \
                 (node.keywords or len(node.args) > (1 if callee.endswith("wraps") else 2)):
             self.flag(node, f"passes attribute names to {callee} (it reads and sets attributes named by strings); "
@@ -1100,8 +1117,11 @@ def store_problem(ctx: "_Context", name: str, what: str | None) -> str | None:
 class _Context:
     def __init__(self, setup: dict[str, str], tests: dict[str, str], learner_top: dict[str, str], graded: set[str]):
         self.graded = set(graded)
-        self.setup = {k: v for k, v in setup.items() if k not in graded}
-        self.tests = {k: v for k, v in tests.items() if k not in graded}
+        # Every name the read-only cells bind stays theirs, whatever the answer defines: the graded names come from
+        # the learner's answer cells, so removing them here let `def check` or `def SHORTCUTS` in an answer cell
+        # unprotect a setup name (red-team round 6); no exercise's read-only cells bind a graded function's name.
+        self.setup = dict(setup)
+        self.tests = dict(tests)
         self.learner_top = learner_top
         # Names a learner may not rebind at top level: everything the read-only cells bind, and the
         # functions, classes and imports of the test cells (their plain variables are reassigned before use).
@@ -1110,6 +1130,19 @@ class _Context:
         self.learner_attributes: set[str] = set()  # attributes the answer itself defines
         self.learner_classes: set[str] = set()     # the classes the answer defines at its top level
         self.class_members: dict[str, dict[str, str]] = {}   # class -> its members' kinds (class_members)
+
+
+def class_body_names(node: ast.ClassDef) -> list[tuple[str, int]]:
+    """``(name, line)`` for each name the class body binds directly: methods, nested classes, class attributes."""
+    out = []
+    for item in node.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.append((item.name, item.lineno))
+        elif isinstance(item, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+            for target in targets:
+                out += [(n.id, item.lineno) for n in ast.walk(target) if isinstance(n, ast.Name)]
+    return out
 
 
 def own_attributes(trees) -> set[str]:
