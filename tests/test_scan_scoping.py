@@ -253,3 +253,34 @@ def test_round_6_holes_are_flagged(code, reason):
 ])
 def test_read_only_properties_and_plain_class_attributes_pass(code):
     assert flags(code) == []
+
+
+# --- round 8 and 9 of the blind red team --------------------------------------------------------------------------
+@pytest.mark.parametrize("code, reason", [
+    # a decorator rebinds the class name: the class is whatever the decorator returned
+    ("import warnings\ndef context(cls):\n    return warnings.catch_warnings()\n@context\nclass Ctx:\n    _module = None\n"
+     "m = Ctx._module\n", "_module"),
+    # a decorated def (or any function) is not a class the answer may subclass
+    ("def make(f):\n    return f\n@make\ndef Base():\n    pass\nclass Sub(Base):\n    pass\n", "subclasses 'Base'"),
+    # autograd.Function calls forward through the class, with a first argument of its choosing: no self-privileges
+    ("import torch\nclass Peek(torch.autograd.Function):\n    def forward(obj, name):\n        return obj._module\n"
+     "    def setup_context(ctx, inputs, output):\n        pass\n", "_module"),
+    # names chosen at run time (a submodule named '__torch_function__'), and Python callbacks from inside dispatch
+    ("import torch\nclass H(torch.nn.Module):\n    def grab(self, name, m):\n        self.add_module(name, m)\n", "add_module"),
+    ("import torch\nd = torch.nn.ModuleDict()\n", "ModuleDict"),
+    ("import torch\ndef f(x):\n    return x.apply_(abs)\n", "apply_"),
+    ("import torch\ndef f(x):\n    return x.map_(x, max)\n", "map_"),
+])
+def test_round_8_and_9_holes_are_flagged(code, reason):
+    found = flags(code)
+    assert any(reason in r for r in found), found
+
+
+@pytest.mark.parametrize("code", [
+    "from dataclasses import dataclass\n@dataclass(frozen=True)\nclass Cfg:\n    n: int = 2\n"
+    "def f(x):\n    return x * Cfg().n\n",
+    "import torch\nclass Base(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n        self._k = 2\n"
+    "class Sub(Base):\n    def twice(self):\n        return self._k * 2\ndef f(x):\n    return x * Sub().twice()\n",
+])
+def test_reviewed_class_decorators_and_own_bases_keep_the_privileges(code):
+    assert flags(code) == []

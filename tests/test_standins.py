@@ -208,3 +208,32 @@ def test_the_learners_function_is_never_handed_a_graph_that_trusted_code_built()
     assert seen[0].grad_fn is None and seen[1][0].grad_fn is None and seen[2]["k"].grad_fn is None
     assert seen[3] is leaf and seen[4].grad_fn is None
     assert torch.equal(seen[0], made.detach())
+
+
+def test_a_result_that_is_not_plain_values_fails_before_the_test_touches_it():
+    """Red-team round 9: an answer returned an object of its own whose torch function protocol received the next
+    torch function the test called on it (PyTorch's attention).  A result that is not tensors or numbers (in tuples,
+    lists or dicts) fails the call at once; the test's code never sees it."""
+    touched = []
+
+    class Hook:
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            touched.append(func)
+            return torch.zeros(1)
+
+    with pytest.raises(check.CheckFailure, match="returned a .*Hook, not tensors or numbers"):
+        check.call(lambda x: (x, Hook()), torch.ones(2), forbid=("tfmlib",))
+    with pytest.raises(check.CheckFailure, match="not tensors or numbers"):
+        check.peak_memory(lambda x: Hook(), torch.ones(2), forbid=("tfmlib",))
+    assert touched == []
+    assert check.call(lambda x: {"a": (x, [1, 2.0, None])}, torch.ones(2), forbid=("tfmlib",))["a"][1] == [1, 2.0, None]
+
+
+def test_a_test_cells_own_names_are_never_overwritten_while_it_runs():
+    """Red-team round 9: ``check.call`` refreshes the notebook's names for the rest of the cell; it overwrote the cell's
+    own ``Q`` with the notebook's global ``Q`` (the answer's hook object) before the test used it."""
+    notebook, tests = {"__name__": "__main__", "check": check}, check.TestNamespace()
+    exec("Q = 'the notebook'\ndef f():\n    return 1\n", notebook)
+    check.run_test("Q = 'the test'\ncheck.call(f, forbid=('tfmlib',))\nassert Q == 'the test', Q\n", notebook, tests)
+    check.run_test("assert Q == 'the test', Q\n", notebook, tests)

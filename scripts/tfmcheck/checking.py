@@ -504,12 +504,25 @@ def call(fn, *args, forbid=("tfmlib",), allow=(), **kwargs):
         with _inputs_kept(args, kwargs), _RandomStateKept(_flatten((args, kwargs))), \
                 _standing_in(fn, _absent, None if _MODE is None else _CURRENT_TEST[0]) as trusted, \
                 forbid_shortcuts(*forbid, allow=(*allow, *trusted)):
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+        return _plain_result(fn, result)
     try:
         return run() if _MODE is None else _MODE.record((args, kwargs), run)
     finally:
         if _RUNNING[0] is not None:     # a stand-in may have bound a name the test cell then uses (standins: _absent)
             _RUNNING[0].refresh()
+
+
+def _plain_result(fn, result):
+    """``result`` if it is made of tensors, numbers and strings in tuples, lists and dicts (``trace.is_plain``, what
+    the grader's record keeps whole); otherwise the call fails here, before the test's own code touches the object:
+    an object of the learner's own type (a torch function protocol, a module answering any attribute) would get the
+    test's calls handed to it (red-team round 9).  The replay fails such a result as well."""
+    if _trace.is_plain(result):
+        return result
+    name = fn.__name__ if _type(fn) is types.FunctionType else "your function"
+    raise CheckFailure(f"{name} returned a {_trace.opaque_part(result)}, not "
+                       f"tensors or numbers (or tuples, lists or dicts of them); return plain values")
 
 
 def _without_graph(value):
@@ -731,6 +744,7 @@ def peak_memory(fn, *args, forbid=("tfmlib",), **kwargs):
                 with forbid_shortcuts(*forbid):
                     with traced:
                         result = fn(*args, **kwargs)
+        result = _plain_result(fn, result)
         op, shape = mode.where if mode.where is not None else (None, [])
         base, cell = _BASELINE
         held = _max(0, resident.peak - base) if resident.peak >= 0 and base >= 0 else -1
@@ -872,8 +886,12 @@ class TestNamespace:
                 if names.get(name, _TESTS) is value:    # not bound again by a test cell meanwhile
                     del names[name]
         for name, value in _tuple(notebook.items()):
-            if _type(name) is str and name not in self.bound and names.get(name, _TESTS) is not value:
-                names[name] = taken[name] = value
+            if _type(name) is not str or name in self.bound:
+                continue
+            current = names.get(name, _TESTS)
+            if current is value or (current is not _TESTS and current is not taken.get(name, _TESTS)):
+                continue        # already taken, or bound by the test cell running now: the test's (round 9)
+            names[name] = taken[name] = value
         names["check"] = _THIS_MODULE       # the checks themselves, never a value of the notebook's (round 6)
 
 

@@ -115,6 +115,35 @@ def _feed(h, obj) -> None:
         h.update(f"O{_type_module(t)}.{_type_qualname(t)}".encode())
 
 
+def is_plain(obj, depth=0) -> bool:
+    """Whether ``encode`` records ``obj`` whole, with no opaque part: None, numbers, strings, strided tensors of the
+    usual dtypes, NumPy scalars, and tuples, lists and string-keyed dicts of them, each by exact type.  Asks ``obj``
+    nothing but what ``encode`` asks a tensor (its layout and dtype)."""
+    t = _type(obj)
+    if depth > 32:
+        return False
+    if obj is None or t is bool or t is str or t is int or t is float:
+        return True
+    if t is tuple or t is list:
+        return all(is_plain(x, depth + 1) for x in obj)
+    if t is dict:
+        return all(_type(k) is str and is_plain(v, depth + 1) for k, v in obj.items())
+    if t in _TENSOR_TYPES:
+        return obj.layout == torch.strided and str(obj.dtype).removeprefix("torch.") in _DTYPES
+    return t in _NUMPY_SCALARS or (t is _ndarray and _ndarray_ndim(obj) == 0)
+
+
+def opaque_part(obj, depth=0) -> str:
+    """``module.qualname`` of the type of ``obj``'s first part that ``is_plain`` refuses (``obj`` itself when it is not
+    a tuple, list or dict), read with ``type``'s own getters: nothing of the object's is asked."""
+    t = _type(obj)
+    if depth <= 32 and (t is tuple or t is list or t is dict):
+        for part in (obj.values() if t is dict else obj):
+            if not is_plain(part, depth + 1):
+                return opaque_part(part, depth + 1)
+    return f"{_type_module(t)}.{_type_qualname(t)}"
+
+
 def encode(obj):
     """``obj`` as JSON-ready data (see the module docstring); anything else becomes an opaque type name."""
     t = _type(obj)

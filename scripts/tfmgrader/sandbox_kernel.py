@@ -203,8 +203,12 @@ def sandbox_command(env: dict[str, str]) -> list[str]:
         cmd.insert(1, "--unshare-user")
     for k, v in env.items():
         cmd += ["--setenv", k, v]
-    # /tmp first, so that an installation or course living under /tmp is bound on top of it.
-    cmd += system_binds() + ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    # /tmp first, so that an installation or course living under /tmp is bound on top of it.  Its size is capped as
+    # one file is (GRADER_FILE_MB): a tmpfs's files are memory no process maps, which the memory held does not count
+    # (red-team round 8 kept exercise 7's score matrix in files), and an uncapped one could fill the machine's RAM.
+    tmp_bytes = limit("GRADER_FILE_MB") * 1024 * 1024
+    cmd += system_binds() + ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(tmp_bytes),
+                             "--tmpfs", "/tmp"]
     return cmd + python_binds() + withheld_binds()
 
 

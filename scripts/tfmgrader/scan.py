@@ -466,6 +466,48 @@ def binding_count(trees, name) -> int:
     return count
 
 
+#: Class decorators that hand back the class they were given (reviewed): a class with any other decorator is
+#: whatever the decorator returned (round 8: ``@context class Ctx`` bound ``Ctx`` to a library object).
+CLASS_DECORATORS_KEEPING_THE_CLASS = {"dataclass", "dataclasses.dataclass"}
+#: Library base classes whose instances the library itself calls the methods of, as ``self``: ``nn.Module`` calls
+#: ``forward`` on the instance.  (``autograd.Function`` calls ``forward`` through the class with a first argument of
+#: its choosing, round 8: a subclass of it is never the answer's own object.)
+OWN_BASES = {"torch.nn.Module", "nn.Module", "Module"}
+
+
+def plain_classes(trees) -> set[str]:
+    """The answer's top-level classes whose name provably holds the class its ``class`` statement made: bound once
+    (``binding_count``), no metaclass keyword, no decorator but the reviewed ones."""
+    trees = list(trees)
+
+    def decorator(d) -> str:
+        return ast.unparse(d.func if isinstance(d, ast.Call) else d)
+
+    return {n.name for tree in trees for n in tree.body if isinstance(n, ast.ClassDef)
+            and binding_count(trees, n.name) == 1 and not n.keywords
+            and all(decorator(d) in CLASS_DECORATORS_KEEPING_THE_CLASS for d in n.decorator_list)}
+
+
+def own_classes(trees) -> set[str]:
+    """The answer's top-level classes whose name provably holds the class its ``class`` statement made, and whose
+    instances are provably the answer's own objects: bound once (``binding_count``), no decorator but the reviewed
+    ones, and no base but the answer's own such classes and ``torch.nn.Module``."""
+    trees = list(trees)
+    classes = {n.name: n for tree in trees for n in tree.body if isinstance(n, ast.ClassDef)}
+    plain = plain_classes(trees)
+
+    def own(name, seen=()) -> bool:
+        if name not in plain or name in seen:
+            return False
+        for base in classes[name].bases:
+            text = ast.unparse(base)
+            if not (text in OWN_BASES or (isinstance(base, ast.Name) and own(base.id, (*seen, name)))):
+                return False
+        return True
+
+    return {name for name in classes if own(name)}
+
+
 def class_members(trees) -> dict[str, dict[str, str]]:
     """``{class: {name: 'plain' | 'static' | 'class' | 'value'}}`` for the answer's top-level classes: what each
     binds in its body (methods by kind, properties as 'plain'), its own classes' members included."""
@@ -718,9 +760,8 @@ class _Checker(ast.NodeVisitor):
                              f"values); use a plain attribute or a method")
 
     def _allowed_base(self, base) -> bool:
-        if isinstance(base, ast.Name) and self.resolve(base.id) in ("local", "module") and \
-                self.ctx.learner_top.get(base.id) == "def":
-            return True
+        if isinstance(base, ast.Name) and self.resolve(base.id) == "module" and base.id in self.ctx.plain_classes:
+            return True     # the answer's own class (not a decorated one, nor a function: round 8)
         path = self._dotted(base)
         obj = _module_attr(path) if path else None
         return obj is not None and f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}" in ALLOWED_BASES
@@ -1129,6 +1170,7 @@ class _Context:
         self.protected.update({k: v for k, v in self.tests.items() if v != "value"})
         self.learner_attributes: set[str] = set()  # attributes the answer itself defines
         self.learner_classes: set[str] = set()     # the classes the answer defines at its top level
+        self.plain_classes: set[str] = set()       # those that are classes for sure (``plain_classes``)
         self.class_members: dict[str, dict[str, str]] = {}   # class -> its members' kinds (class_members)
 
 
@@ -1255,7 +1297,8 @@ def scan_cells(learner: dict[int, str], setup: list[str], tests: list[str], grad
     ctx = _Context(_names_of(setup), _names_of(tests), learner_top, set(graded_names))
     ctx.learner_attributes = own_attributes(trees.values())
     ctx.class_members = class_members(trees.values())
-    ctx.learner_classes = {name for name in ctx.class_members if binding_count(trees.values(), name) == 1}
+    ctx.learner_classes = own_classes(trees.values())
+    ctx.plain_classes = plain_classes(trees.values())
     for index, tree in trees.items():
         checker = _Checker(index, ctx, tables[index])
         checker.run(tree)
