@@ -521,8 +521,8 @@ def _plain_result(fn, result):
     if _trace.is_plain(result):
         return result
     name = fn.__name__ if _type(fn) is types.FunctionType else "your function"
-    raise CheckFailure(f"{name} returned a {_trace.opaque_part(result)}, not "
-                       f"tensors or numbers (or tuples, lists or dicts of them); return plain values")
+    raise CheckFailure(f"{name} returned a {_trace.opaque_part(result)}: the tests take tensors and numbers (or "
+                       f"tuples, lists or dicts of them), so return a torch.Tensor")
 
 
 def _without_graph(value):
