@@ -193,7 +193,9 @@ def test_a_buffer_made_before_the_call_is_held_memory():
     del untouched, written
     check.memory_baseline()
     _, used = check.peak_memory(lambda q, k: float((q @ k[:64].T).sum()), q, k)
-    assert 0 <= used["held_bytes"] < full // 4 and used["cells_before_setup"] == 0, used
+    # half the matrix: far from the 15 MB of either buffer, with room for the library code and pages a first call
+    # touches (file pages count since round 6: RssFile)
+    assert 0 <= used["held_bytes"] < full // 2 and used["cells_before_setup"] == 0, used
 
 
 def test_a_missing_memory_measure_fails_only_when_graded(tmp_path):
