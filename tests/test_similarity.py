@@ -102,6 +102,35 @@ def test_site_code_is_a_source():
     assert any(label.endswith("code cell") for label in labels)
 
 
+
+def test_the_site_kept_on_disk_is_the_site_and_follows_every_page_and_included_file(tmp_path, monkeypatch):
+    book, lib = tmp_path / "book", tmp_path / "lib"
+    book.mkdir(), lib.mkdir()
+    (lib / "m.py").write_text("def shown(x):\n    return x @ x.T\n")
+    page = book / "p.md"
+    page.write_text("# P\n\n```{code-cell} ipython3\ndef f(q, k):\n    return (q @ k).softmax(-1)\n```\n\n"
+                    "```{literalinclude} ../lib/m.py\n:pyobject: shown\n```\n")
+    monkeypatch.setenv("GRADER_SITE_CACHE", str(tmp_path / "cache"))
+    fresh = [(u.label, u.normalised) for u in sim._site_units(book)]
+    assert len(fresh) == 2
+    sim._SITE.clear()
+    assert [(u.label, u.normalised) for u in sim.site_units(book)] == fresh      # computed, then stored
+    assert len(list((tmp_path / "cache").glob("site-units-*.json"))) == 1
+    sim._SITE.clear()
+    monkeypatch.setattr(sim, "_site_units", lambda book: pytest.fail("the stored site was not read"))
+    assert [(u.label, u.normalised) for u in sim.site_units(book)] == fresh      # read from disk
+    monkeypatch.undo()
+    monkeypatch.setenv("GRADER_SITE_CACHE", str(tmp_path / "cache"))
+    key = sim.site_key(book)
+    (lib / "m.py").write_text("def shown(x):\n    return x.T @ x\n")               # an included file changed
+    assert sim.site_key(book) != key
+    key = sim.site_key(book)
+    page.write_text(page.read_text() + "\nMore prose.\n")                            # a page changed
+    assert sim.site_key(book) != key
+    sim._SITE.clear()
+    assert [u.normalised for u in sim.site_units(book)][1] != fresh[1][1]            # not the stale units
+    sim._SITE.clear()
+
 ISSUE_32 = {   # the four copies of issue 32, written again by hand: (assignment, name in disguised/index.json)
     "split into lines, two unused statements": ("03_self_attention", "sdpa-split-two-unused"),
     "while loop, renamed state, independent lines swapped": ("07_efficiency", "blockwise-tfmlib-while"),

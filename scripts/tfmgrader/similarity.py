@@ -44,9 +44,11 @@ code: submissions are only parsed.
 from __future__ import annotations
 
 import ast
+import hashlib
 import html
 import importlib.util
 import io
+import json
 import os
 import pickle
 import re
@@ -493,11 +495,57 @@ _SITE: dict = {}
 
 
 def site_units(book: Path) -> list[Unit]:
-    """``_site_units`` (new Unit objects, read once per process)."""
+    """``_site_units`` (new Unit objects), read once per process and kept on disk between processes: normalising
+    the site's few hundred pieces of code takes seconds, and every batch of ``scripts/grade.py`` needs them."""
     key = str(book.resolve())
     if key not in _SITE:
-        _SITE[key] = [(u.label, u.kind, u.function, u.source, u.normalised) for u in _site_units(book)]
+        _SITE[key] = _cached_site_units(book)
     return [Unit(*fields) for fields in _SITE[key]]
+
+
+def site_cache_dir() -> Path:
+    """Where the normalised site is kept: ``$GRADER_SITE_CACHE``, else ``~/.cache/tfmlib-grading/site`` (beside the
+    self-check's cache).  Learners' code never reaches it: the sandbox binds no home folder."""
+    return Path(os.environ.get("GRADER_SITE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tfmlib-grading", "site"))
+
+
+def site_key(book: Path) -> str:
+    """A digest of everything ``_site_units`` reads: the pages, the files they include, and the code that
+    normalises (this module, ``canonical.py``, the ``CANONICAL`` switch).  Any change gives a new key."""
+    digest = hashlib.sha256(f"{CANONICAL}\n".encode())
+    for code in (Path(__file__), Path(canonical.__file__)):
+        digest.update(code.read_bytes())
+    for md in sorted(book.rglob("*.md")):
+        text = md.read_bytes()
+        digest.update(f"\0{md.relative_to(book)}\0".encode() + text)
+        for m in INCLUDE_RE.finditer(text.decode("utf-8", errors="replace")):
+            path = (md.parent / m.group(1)).resolve()
+            digest.update(f"\0{m.group(1)}\0".encode() + (path.read_bytes() if path.is_file() else b"missing"))
+    return digest.hexdigest()
+
+
+def _cached_site_units(book: Path) -> list[tuple[str, str, str, str, str]]:
+    """The site's units as tuples, from the disk cache when its key matches, else computed and stored (written
+    to a temporary file and renamed: two batches starting at once never read half a file)."""
+    key = site_key(book)
+    path = site_cache_dir() / f"site-units-{key[:32]}.json"
+    try:
+        stored = json.loads(path.read_text())
+        if stored.get("key") == key and all(isinstance(u, list) and len(u) == 5 and all(isinstance(x, str) for x in u)
+                                            for u in stored["units"]):
+            return [tuple(u) for u in stored["units"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    units = [(u.label, u.kind, u.function, u.source, u.normalised) for u in _site_units(book)]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"key": key, "units": units}))
+        os.replace(tmp, path)
+    except OSError:
+        pass        # a read-only home: the units are computed again by the next process
+    return units
 
 
 def _site_units(book: Path) -> list[Unit]:
