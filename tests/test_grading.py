@@ -1,4 +1,5 @@
 """The hardened grading set-up (scripts/tfmgrader): sandbox, scan, and a whole class graded in batches."""
+import copy
 import csv
 import hashlib
 import re
@@ -904,3 +905,57 @@ def test_one_report_layout_refreshed_from_the_gradebook(tmp_path, monkeypatch):
     assert report["notes"]["scan"] == ["cell 3, line 2: rebinds '_ref'"] and report["files"]["stray"] == ["data.csv"]
     page = (folder / "s1.md").read_text()
     assert "Copy detection flagged it" in page and "rebinds '_ref'" in page and "| a1.ipynb | test_f | 2 / 3 |" in page
+
+
+@pytest.mark.slow
+def test_a_deleted_setup_cell_comes_back_and_learner_markup_is_shown_as_text(tmp_path):
+    """Round 11 of the blind red team.  (1) A submission without its read-only setup cell gets it back where the
+    instructor's notebook has it: an honest one keeps full marks, and the setup's names stay protected (a learner's
+    own ``torch`` is flagged, as with the cell present).  (2) Formgrader shows the autograded notebook through
+    nbconvert without sanitising it: a learner's Markdown or raw cell holding HTML or script is shown there as
+    text, the instructor's own cells as they were, and no output keeps a type a browser would run."""
+    require_bwrap()
+    from nbconvert import HTMLExporter
+
+    a = "03_self_attention"
+    env = new_course(tmp_path, [a])
+    release = nbformat.read(tmp_path / "notebooks" / a / f"{a}.ipynb", as_version=4)
+    solution = nbformat.read(ROOT / "solutions" / a / f"{a}.ipynb", as_version=4)
+    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in solution.cells
+               if c.metadata.get("nbgrader", {}).get("solution")}
+    honest = copy.deepcopy(release)
+    for c in honest.cells:
+        gid = c.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in answers:
+            c.source = answers[gid]
+    setup = next(i for i, c in enumerate(honest.cells) if c.cell_type == "code" and
+                 c.metadata.get("nbgrader", {}).get("locked") and not c.metadata["nbgrader"].get("grade"))
+    payload = '<img src="x" onerror="document.title=\'owned\'"><script>document.title="owned"</script>'
+    students = {}
+    students["no-setup"] = copy.deepcopy(honest)
+    del students["no-setup"].cells[setup]
+    students["no-setup-own-torch"] = copy.deepcopy(students["no-setup"])
+    students["no-setup-own-torch"].cells.insert(0, nbformat.v4.new_code_cell("import numpy as torch"))
+    students["markup"] = copy.deepcopy(honest)
+    students["markup"].cells.insert(setup + 1, nbformat.v4.new_markdown_cell(f"My notes.\n\n{payload}\n```\nx\n```"))
+    students["markup"].cells.insert(setup + 1, nbformat.v4.new_raw_cell(payload, metadata={"format": "text/html"}))
+    for student, nb in students.items():
+        dest = tmp_path / "submitted" / student / a
+        dest.mkdir(parents=True)
+        nbformat.write(nb, dest / f"{a}.ipynb")
+    graded = autograde(tmp_path, env, a)
+    for student in ("no-setup", "markup"):
+        g = graded[student]
+        assert g["score"] == g["max_score"] > 0 and not flags_of(g["report"]), (student, g)
+    g = graded["no-setup-own-torch"]
+    assert any("rebinds 'torch'" in f for f in flags_of(g["report"])), g
+    restored = nbformat.read(tmp_path / "autograded" / "no-setup" / a / f"{a}.ipynb", as_version=4)
+    assert [c.source for c in restored.cells if c.cell_type == "code"][:1] == [release.cells[setup].source]
+    shown = nbformat.read(tmp_path / "autograded" / "markup" / a / f"{a}.ipynb", as_version=4)
+    page, _ = HTMLExporter().from_notebook_node(shown)
+    assert not re.search(r"<img[^>]*onerror", page) and "&lt;img" in page, "the learner's HTML is shown as text"
+    assert not re.search(r"<script>document\.title", page) and "My notes." in page
+    instructors = [c.source for c in release.cells if c.cell_type == "markdown"]
+    assert [c.source for c in shown.cells if c.cell_type == "markdown" and c.source in instructors] == instructors
+    assert all(set(o.get("data", {})) <= {"text/plain", "image/png", "image/jpeg"}
+               for c in shown.cells if c.cell_type == "code" for o in c.outputs)

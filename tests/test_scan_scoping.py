@@ -138,6 +138,34 @@ def test_the_fixtures_scopes_all_match():
     # the names a route out would use are never the answer's to claim (modules', IPython shell's)
     ("class Names:\n    user_ns = None\n\ndef f(x, shell=None):\n    return shell.user_ns", "not provably your own"),
     ("class Names:\n    setprofile = None\n\ndef f(x, s=None):\n    return s.setprofile", "not provably your own"),
+    # round 10: a method's plain function out through the class of a classmethod (cls.m, super().m, cls.p.fget) and
+    # then run with a foreign self; self rebound by forms other than '=' (case, except, import, nonlocal); a
+    # parameter named like the class making a call look like a new instance
+    ("class L:\n    def look(self):\n        return self._hidden_x\n    @classmethod\n    def via(cls, x):\n"
+     "        return cls.look(x)\n", "of a classmethod as a value"),
+    ("class L:\n    def look(self):\n        return self._hidden_x\n    @classmethod\n    def via(cls, x):\n"
+     "        return super().look(x)\n", "super() in a classmethod"),
+    ("class L:\n    @property\n    def p(self):\n        return self._hidden_x\n    @classmethod\n    def via(cls, x):\n"
+     "        return cls.p.fget(x)\n", "of a classmethod as a value"),
+    ("class L:\n    _hidden_x = 1\n    @classmethod\n    def via(cls):\n        return cls._hidden_x\n"
+     "    def _hidden_x(self):\n        return 2\n", "not provably your own"),
+    ("class L:\n    _hidden_x = None\n    def m(self, x):\n        match x:\n            case self:\n"
+     "                return self._hidden_x\n", "not provably your own"),
+    ("class L:\n    _hidden_x = None\n    def m(self, x):\n        match x:\n            case {'k': self}:\n"
+     "                return self._hidden_x\n", "not provably your own"),
+    ("class L:\n    _hidden_x = None\n    def m(self, x):\n        try:\n            raise x\n"
+     "        except Exception as self:\n            return self._hidden_x\n", "not provably your own"),
+    ("class L:\n    _hidden_x = None\n    def m(self, x):\n        import math as self\n"
+     "        return self._hidden_x\n", "not provably your own"),
+    ("class L:\n    _hidden_x = None\n    def m(self, x):\n        def g():\n            nonlocal self\n"
+     "            self = x\n        g()\n        return self._hidden_x\n", "not provably your own"),
+    ("class L:\n    _hidden_x = None\n    def m(self, x):\n        [self := x for _ in (1,)]\n"
+     "        return self._hidden_x\n", "not provably your own"),
+    ("class Lens:\n    def __init__(self):\n        self._hidden_x = None\n"
+     "def f(x, Lens=max):\n    view = Lens([x])\n    return view._hidden_x\n", "not provably your own"),
+    ("class Lens:\n    def __init__(self):\n        self._hidden_x = None\n"
+     "def f(x):\n    def g(Lens=max):\n        view = Lens([x])\n        return view._hidden_x\n    return g()\n",
+     "not provably your own"),
 ])
 def test_an_answer_cannot_widen_the_attributes_by_defining_names(code, reason):
     assert any(reason in r for r in flags(code)), flags(code)
@@ -173,6 +201,10 @@ def test_a_defined_name_that_library_objects_offer_is_refused_with_a_way_out():
     "for _ in range(2):\n    pass\nb, _, d = torch.ones(2, 3, 4).shape\n",
     "class Acc:\n    _count_so_far = 0\n    @classmethod\n    def bump(cls):\n        return cls._count_so_far + 1\n"
     "def f(x):\n    return x * Acc.bump() * Acc()._count_so_far",
+    "class Pair:\n    def __init__(self, a):\n        self.doubled_input = a\n    @classmethod\n    def of(cls, x):\n"
+    "        return cls(x * 2)\ndef f(x):\n    return Pair.of(x).doubled_input",
+    "class Box:\n    def __init__(self, t):\n        self._kept = t\n    def kept(self):\n"
+    "        for k in range(1):\n            pass\n        return self._kept\ndef f(x):\n    return Box(x).kept()",
 ])
 def test_honest_own_attributes_pass(code):
     assert flags(code) == []

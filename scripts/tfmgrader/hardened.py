@@ -24,7 +24,7 @@ def configure_autograde(c) -> None:
     from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds,
                                         LimitOutput, OverwriteKernelspec, SaveAutoGrades)
 
-    from tfmgrader.preprocessors import (CapOutput, RefuseDuplicateIds, RestoreReadOnlyCells, SandboxedExecute, ScanSubmission, StderrToStdout, StripForgedMetadata,
+    from tfmgrader.preprocessors import (CapOutput, NeutraliseLearnerMarkup, RefuseDuplicateIds, RestoreReadOnlyCells, SandboxedExecute, ScanSubmission, StderrToStdout, StripForgedMetadata,
                                VerifyOutside)
     from tfmgrader.limits import limit
     from tfmgrader.selfcheck import SetupCheck, pre_convert_hook
@@ -40,7 +40,7 @@ def configure_autograde(c) -> None:
         CheckCellMetadata]
     c.Autograde.autograde_preprocessors = [
         SandboxedExecute, VerifyOutside, SetupCheck, StderrToStdout, CapOutput, ClearMetadataPreprocessor, LimitOutput,
-        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata, RecordVerdict]
+        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata, RecordVerdict, NeutraliseLearnerMarkup]
     c.OverwriteCells.add_missing_cells = True       # RestoreReadOnlyCells is an OverwriteCells: it reads this
     # The grader grades the assignment's own solution first (once per assignment and process) and stops if it
     # does not get full marks; a submission whose read-only setup cell failed is not scored (selfcheck.py).

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -161,11 +162,112 @@ class RestoreReadOnlyCells(OverwriteCells):
                 self._as_released = _lines(released.source) == _lines(cell.source)
         return super().preprocess_cell(cell, resources, cell_index)
 
+    def preprocess(self, nb, resources):
+        nb, resources = super().preprocess(nb, resources)
+        return restore_missing_read_only(nb, resources, self.log), resources
+
     def report_change(self, name, attr, old, new):
         if attr == "checksum" and getattr(self, "_as_released", False):
             self.log.debug("test cell %s as released (without its hidden tests): restored in full", name)
             return
         super().report_change(name, attr, old, new)
+
+
+#: Output types a graded notebook keeps: plain text and raster images, which no browser runs as code.
+SAFE_OUTPUT_TYPES = {"text/plain", "image/png", "image/jpeg"}
+
+
+class NeutraliseLearnerMarkup(NbGraderPreprocessor):
+    """Nothing a submission wrote is rendered as active HTML where an instructor is logged in: Formgrader shows
+    the autograded notebook through nbconvert without sanitising it, so an ``<img onerror=...>`` in a learner's
+    Markdown cell ran with the instructor's session and set its own marks (round 11).  Every Markdown or raw cell
+    that is not the instructor's own (a read-only cell of the gradebook, with its source as there) is shown as
+    its text in a fenced block, attachments dropped; every output keeps only plain text and raster images."""
+
+    def preprocess(self, nb, resources):
+        from nbgrader.api import Gradebook
+
+        nbg = resources["nbgrader"]
+        with Gradebook(nbg["db_url"]) as gb:
+            source = gb.find_notebook(nbg["notebook"], nbg["assignment"])
+            answers = {c.name for c in source.solution_cells}
+            instructors = {c.name: c.source for c in source.source_cells
+                           if c.cell_type != "code" and c.locked and c.name not in answers}
+        changed = []
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type == "code":
+                cell.outputs = [safe_output(o) for o in cell.get("outputs", [])]
+                continue
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if cell.cell_type == "markdown" and gid in instructors and cell.source == instructors[gid]:
+                continue
+            text = cell.source
+            nb.cells[i] = markdown = NotebookNode(cell_type="markdown", source=as_text_block(text),
+                                                  metadata=cell.metadata if cell.cell_type == "markdown" else
+                                                  NotebookNode())
+            if "id" in cell:
+                markdown.id = cell.id
+            if text.strip():
+                changed.append(i + 1)
+        if changed:
+            self.log.info("learner's Markdown or raw cells %s shown as text", changed)
+        return nb, resources
+
+
+def as_text_block(text: str) -> str:
+    """``text`` as a fenced Markdown block that renders it verbatim (a fence longer than any run of backticks
+    or tildes in it)."""
+    longest = max((len(run) for run in re.findall(r"`+|~+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}" if text.strip() else ""
+
+
+def safe_output(output):
+    """``output`` with only ``SAFE_OUTPUT_TYPES`` in its data; streams and errors as they are."""
+    if output.get("output_type") not in ("display_data", "execute_result"):
+        return output
+    data = output.get("data", {})
+    dropped = sorted(k for k in data if k not in SAFE_OUTPUT_TYPES)
+    for k in dropped:
+        del data[k]
+    if dropped and "text/plain" not in data:
+        data["text/plain"] = f"[output of type {', '.join(dropped)} not shown in the graded notebook]"
+    output.pop("metadata", None)
+    output["metadata"] = NotebookNode()
+    return output
+
+
+def restore_missing_read_only(nb, resources, log=None):
+    """Every read-only code cell of the instructor's notebook that the submission lacks (the setup cell above
+    all), put back where the instructor's order puts it: after the cells that come before it there.  nbgrader
+    adds back only test and task cells; without this, deleting the setup cell left the names it binds (``torch``,
+    ``check``) to the learner's own code, which the test cells then called (round 11)."""
+    from nbgrader.api import Gradebook
+
+    nbg = resources["nbgrader"]
+    with Gradebook(nbg["db_url"]) as gb:
+        source = gb.find_notebook(nbg["notebook"], nbg["assignment"])
+        answers = {c.name for c in source.solution_cells}
+        graded = {c.name for c in source.grade_cells}
+        order = [(c.name, c.cell_type, c.locked, c.source) for c in source.source_cells]
+    present = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells}
+    for k, (name, kind, locked, text) in enumerate(order):
+        if name in present or kind != "code" or not locked or name in answers or name in graded:
+            continue
+        earlier = {n for n, *_ in order[:k]}
+        at = max((i + 1 for i, c in enumerate(nb.cells)
+                  if c.metadata.get("nbgrader", {}).get("grade_id") in earlier), default=0)
+        cell = NotebookNode(cell_type="code", execution_count=None, outputs=[], source=text,
+                            metadata=NotebookNode(deletable=False, editable=False, nbgrader=NotebookNode(
+                                grade=False, grade_id=name, locked=True, schema_version=3, solution=False,
+                                task=False)))
+        if (nb.get("nbformat"), nb.get("nbformat_minor", 0)) >= (4, 5):
+            cell.id = f"restored-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+        nb.cells.insert(at, cell)
+        present.add(name)
+        if log is not None:
+            log.warning("read-only cell %s was missing from the submission: restored at position %d", name, at + 1)
+    return nb
 
 
 def _lines(text: str) -> list[str]:

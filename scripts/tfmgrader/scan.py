@@ -418,9 +418,38 @@ def _allowed_uses(tree) -> tuple[set[int], set[int]]:
     return names, types_ok
 
 
-def _only_new_instances(function, name, classes) -> bool:
-    """Every binding of ``name`` in ``function``'s own scope is ``name = C(...)`` with C in ``classes``, and no
-    nested scope declares it nonlocal."""
+def _nonlocal_below(table, name) -> bool:
+    """A scope nested in ``table``'s (at any depth) declares ``name`` nonlocal: it may rebind the variable."""
+    if table is None:
+        return True
+    for child in table.get_children():
+        try:
+            if child.lookup(name).is_nonlocal():
+                return True
+        except KeyError:
+            pass
+        if _nonlocal_below(child, name):
+            return True
+    return False
+
+
+def _reads_global(table, name) -> bool:
+    """Wherever ``name`` appears in ``table``'s scope and the scopes nested in it, it is the module's global
+    (round 10: a parameter ``Lens=max`` made ``Lens([x])`` look like a new instance of the class ``Lens``)."""
+    if table is None:
+        return False
+    try:
+        sym = table.lookup(name)
+        if not sym.is_global() or sym.is_declared_global():
+            return False
+    except KeyError:
+        pass
+    return all(_reads_global(child, name) for child in table.get_children())
+
+
+def _only_new_instances(function, name, classes, table=None) -> bool:
+    """Every binding of ``name`` in ``function``'s own scope is ``name = C(...)`` with C in ``classes`` and C the
+    module's global there (``table``: the function's symbol table), and no nested scope declares it nonlocal."""
     parents, found = {}, False
     for node in ast.walk(function):
         for child in ast.iter_child_nodes(node):
@@ -441,7 +470,8 @@ def _only_new_instances(function, name, classes) -> bool:
         if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, (ast.Store, ast.Del)):
             owner = parents.get(id(node))
             if not (isinstance(owner, ast.Assign) and owner.targets == [node] and isinstance(owner.value, ast.Call)
-                    and isinstance(owner.value.func, ast.Name) and owner.value.func.id in classes):
+                    and isinstance(owner.value.func, ast.Name) and owner.value.func.id in classes
+                    and _reads_global(table, owner.value.func.id)):
                 return False
             found = True
     return found
@@ -753,11 +783,30 @@ class _Checker(ast.NodeVisitor):
         self._enter(node, "class", node.body)
 
     def visit_FunctionDef_decorators(self, node):
-        """A property's setter or deleter (``@x.setter``) is refused, as ``property(fget, fset)`` is."""
+        """A property's setter or deleter (``@x.setter``) is refused, as ``property(fget, fset)`` is.  A classmethod's
+        first parameter is the class itself, whose methods are plain functions that run with any object as their
+        self: it is only called (``cls(...)``, a new instance) or asked for a value its class binds
+        (``cls.count``), and ``super()`` is not used in it (round 10)."""
         for d in node.decorator_list:
             if isinstance(d, ast.Attribute) and d.attr in ("setter", "deleter"):
                 self.flag(d, f"defines a property's {d.attr} (a library's setattr would call your code with its own "
                              f"values); use a plain attribute or a method")
+        if not (self.stack and self.stack[-1].kind == "class") or \
+                "classmethod" not in {ast.unparse(d) for d in node.decorator_list}:
+            return
+        positional = node.args.posonlyargs + node.args.args
+        first = positional[0].arg if positional else None
+        used = {id(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)} | \
+            {id(n.value) for n in ast.walk(node) if isinstance(n, ast.Attribute) and self._value_member(n.attr)}
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and n.id == first and id(n) not in used:
+                self.flag(n, f"uses the class '{first}' of a classmethod as a value (its methods would run with any "
+                             f"object as self); only call it ('{first}(...)') or read a value its class binds, or write a module-level function")
+            elif isinstance(n, ast.Name) and n.id == "super":
+                self.flag(n, "calls super() in a classmethod (it hands out the class's methods unbound); "
+                             "write a module-level function")
+        if node.args.vararg is not None and not positional:
+            self.flag(node, "defines a classmethod without a first parameter")
 
     def _allowed_base(self, base) -> bool:
         if isinstance(base, ast.Name) and self.resolve(base.id) == "module" and base.id in self.ctx.plain_classes:
@@ -1006,7 +1055,7 @@ class _Checker(ast.NodeVisitor):
             else:
                 self.flag(node, f"uses the attribute '{attr}', which is not one of a tensor, a PyTorch module, an "
                                 f"array, a number, a string or a container, nor one the answer defines")
-        elif self._own_base(getattr(node, "value", None)):
+        elif self._own_base(getattr(node, "value", None), attr):
             return
         elif self._method_parameter(getattr(node, "value", None)):
             self.flag(node, f"uses the attribute '{attr}' on a value that is not provably your own, a parameter "
@@ -1036,12 +1085,13 @@ class _Checker(ast.NodeVisitor):
                 continue
             if scope.kind != "function" or not isinstance(scope.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 return False
-            return _only_new_instances(scope.node, name, self.ctx.learner_classes)
+            return _only_new_instances(scope.node, name, self.ctx.learner_classes, scope.table)
         return False
 
-    def _own_base(self, base) -> bool:
-        """``base`` is provably the answer's own object: ``self``/``cls`` (the first parameter of a method of one
-        of the answer's classes), one of the answer's classes by name, or a call of one (a new instance)."""
+    def _own_base(self, base, attr: str = "") -> bool:
+        """``base`` is provably the answer's own object: ``self`` (the first parameter of an instance method or a
+        property of one of the answer's classes), a call of one of its classes (a new instance), a variable that
+        only holds those, or the class by name for a value its own body binds (``attr``)."""
         if isinstance(base, ast.Call):
             base = base.func
             return isinstance(base, ast.Name) and base.id in self.ctx.learner_classes and \
@@ -1049,7 +1099,7 @@ class _Checker(ast.NodeVisitor):
         if not isinstance(base, ast.Name):
             return False
         if base.id in self.ctx.learner_classes and self.resolve(base.id) == "module":
-            return True
+            return self.ctx.class_members.get(base.id, {}).get(attr) == "value"
         if self._new_instance_variable(base.id):
             return True
         found = self._binding_scope(base.id)
@@ -1066,9 +1116,23 @@ class _Checker(ast.NodeVisitor):
         positional = node.args.posonlyargs + node.args.args
         if len(node.args.defaults) >= len(positional):
             return False        # a default for self: the method runs without an instance
-        rebound = any(isinstance(n, ast.Name) and n.id == base.id and isinstance(n.ctx, (ast.Store, ast.Del))
-                      for n in ast.walk(node))
-        return decorators <= {"property", "classmethod"} and not rebound
+        # Rebound in any form (round 10: 'case self:', 'except ... as self'), read from Python's own symbol table, by
+        # the method or by a nested scope that declares it nonlocal; the syntax tree's stores on top of that.
+        rebound = sym.is_assigned() or sym.is_imported() or _nonlocal_below(self.stack[k].table, base.id) or any(
+            isinstance(n, ast.Name) and n.id == base.id and isinstance(n.ctx, (ast.Store, ast.Del))
+            for n in ast.walk(node))
+        if rebound:
+            return False
+        # A classmethod's first parameter is the class (or an own subclass), whose methods are plain functions that
+        # take any object as their self (round 10): on it, only values its classes' bodies bind are the answer's own.
+        if decorators == {"classmethod"}:
+            return self._value_member(attr)
+        return decorators <= {"property"}
+
+    def _value_member(self, attr: str) -> bool:
+        """``attr`` is a value that some of the answer's class bodies bind, and no class binds a function by it."""
+        kinds = {m[attr] for m in self.ctx.class_members.values() if attr in m}
+        return kinds == {"value"}
 
     def _binding_scope(self, name):
         """``(position in the stack, symbol)`` of the function scope whose variable ``name`` is where it is read
