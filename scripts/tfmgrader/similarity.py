@@ -495,11 +495,11 @@ _SITE: dict = {}
 
 
 def site_units(book: Path) -> list[Unit]:
-    """``_site_units`` (new Unit objects), read once per process and kept on disk between processes: normalising
+    """``compute_site_units`` (new Unit objects), read once per process and kept on disk between processes: normalising
     the site's few hundred pieces of code takes seconds, and every batch of ``scripts/grade.py`` needs them."""
     key = str(book.resolve())
     if key not in _SITE:
-        _SITE[key] = _cached_site_units(book)
+        _SITE[key] = stored_site_units(book)
     return [Unit(*fields) for fields in _SITE[key]]
 
 
@@ -511,7 +511,7 @@ def site_cache_dir() -> Path:
 
 
 def site_key(book: Path) -> str:
-    """A digest of everything ``_site_units`` reads: the pages, the files they include, and the code that
+    """A digest of everything ``compute_site_units`` reads: the pages, the files they include, and the code that
     normalises (this module, ``canonical.py``, the ``CANONICAL`` switch).  Any change gives a new key."""
     digest = hashlib.sha256(f"{CANONICAL}\n".encode())
     for code in (Path(__file__), Path(canonical.__file__)):
@@ -525,7 +525,7 @@ def site_key(book: Path) -> str:
     return digest.hexdigest()
 
 
-def _cached_site_units(book: Path) -> list[tuple[str, str, str, str, str]]:
+def stored_site_units(book: Path) -> list[tuple[str, str, str, str, str]]:
     """The site's units as tuples, from the disk cache when its key matches, else computed and stored (written
     to a temporary file and renamed: two batches starting at once never read half a file)."""
     key = site_key(book)
@@ -537,7 +537,7 @@ def _cached_site_units(book: Path) -> list[tuple[str, str, str, str, str]]:
             return [tuple(u) for u in stored["units"]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
-    units = [(u.label, u.kind, u.function, u.source, u.normalised) for u in _site_units(book)]
+    units = [(u.label, u.kind, u.function, u.source, u.normalised) for u in compute_site_units(book)]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -548,7 +548,7 @@ def _cached_site_units(book: Path) -> list[tuple[str, str, str, str, str]]:
     return units
 
 
-def _site_units(book: Path) -> list[Unit]:
+def compute_site_units(book: Path) -> list[Unit]:
     """The code a learner can read on the site: every function and the other statements of each code cell
     and code listing of ``book/**/*.md``, and every object a page includes from tfmlib (a class: its
     methods)."""
