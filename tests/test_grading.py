@@ -158,6 +158,29 @@ def test_scan_accepts_every_correct_style():
     assert set(STYLES) == set(ASSIGNMENTS), "every assignment has answers in other styles"
 
 
+def test_scan_accepts_the_independent_answers_of_the_similarity_corpus():
+    """The correct answers written independently for copy detection (tests/fixtures/similarity_corpus/correct: other
+    learners' ways, e.g. torch.isin, complex rotations, lstsq's solution) pass the scan unflagged, each after the
+    worked solution's answers, as a learner's extra cell that defines the function again."""
+    import re
+
+    from fixtures.answers import EXTRA_CORRECT
+    marker = re.compile(r"[ \t]*### (BEGIN|END) SOLUTION\n")
+    flagged = []
+    for a, named in EXTRA_CORRECT.items():
+        nb = nbformat.read(ROOT / "solutions" / a / f"{a}.ipynb", as_version=4)
+        meta = [(i, c, c.metadata.get("nbgrader", {})) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+        setup = [c.source for _, c, m in meta if not m.get("grade") and not m.get("solution")]
+        tests = [c.source for _, c, m in meta if m.get("grade")]
+        answers = {i: marker.sub("", c.source) for i, c, m in meta if m.get("solution")}
+        for name, cells in named.items():
+            extra = {1000 + k: src for k, src in enumerate(cells.values())}
+            reasons = [f.reason for f in scan_cells({**answers, **extra}, setup, tests, set())]
+            if reasons:
+                flagged.append((a, name, reasons[:2]))
+    assert not flagged, flagged
+
+
 # --- the sandbox kernel -------------------------------------------------------------------------------
 
 def run_in_sandbox(cells, workdir, timeout=30):

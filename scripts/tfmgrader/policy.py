@@ -100,7 +100,7 @@ def value_samples() -> dict[str, list]:
     return {
         "tensors": [torch.Tensor, torch.randn(1), nn.Parameter(torch.zeros(1)), torch.Size([1]), torch.float32,
                     torch.finfo(torch.float32), torch.iinfo(torch.int64), torch.device("cpu"), torch.Generator(),
-                    torch.zeros(2).max(0)],
+                    torch.zeros(2).max(0), torch.linalg.lstsq(torch.eye(2), torch.ones(2, 1))],
         "modules": [nn.Module(), nn.Linear(1, 1), nn.Embedding(1, 1), nn.Dropout(), nn.ModuleList(), nn.ModuleDict(),
                     nn.ParameterList(), nn.Sequential(), nn.ReLU(), nn.GELU(), nn.Softmax(dim=-1),
                     torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)],
