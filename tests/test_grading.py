@@ -2,6 +2,7 @@
 import copy
 import csv
 import hashlib
+import json
 import re
 import os
 import shutil
@@ -932,11 +933,13 @@ def test_one_report_layout_refreshed_from_the_gradebook(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_a_deleted_setup_cell_comes_back_and_learner_markup_is_shown_as_text(tmp_path):
-    """Round 11 of the blind red team.  (1) A submission without its read-only setup cell gets it back where the
+    """Rounds 11 and 13 of the blind red team.  (1) A submission without its read-only setup cell gets it back where the
     instructor's notebook has it: an honest one keeps full marks, and the setup's names stay protected (a learner's
     own ``torch`` is flagged, as with the cell present).  (2) Formgrader shows the autograded notebook through
     nbconvert without sanitising it: a learner's Markdown or raw cell holding HTML or script is shown there as
-    text, the instructor's own cells as they were, and no output keeps a type a browser would run."""
+    text, the instructor's own cells as they were, and no output keeps a type a browser would run.  (3) A
+    ``skip-execution`` tag on the setup cell is dropped.  (4) A resubmission's report starts afresh on plain
+    nbgrader autograde (an earlier run's 'invalid' once stuck to the honest notebook that followed)."""
     require_bwrap()
     from nbconvert import HTMLExporter
 
@@ -962,14 +965,25 @@ def test_a_deleted_setup_cell_comes_back_and_learner_markup_is_shown_as_text(tmp
     students["markup"] = copy.deepcopy(honest)
     students["markup"].cells.insert(setup + 1, nbformat.v4.new_markdown_cell(f"My notes.\n\n{payload}\n```\nx\n```"))
     students["markup"].cells.insert(setup + 1, nbformat.v4.new_raw_cell(payload, metadata={"format": "text/html"}))
+    students["tags"] = copy.deepcopy(honest)            # round 13: tags nbclient obeys, set by the learner
+    students["tags"].cells[setup].metadata["tags"] = ["skip-execution"]
+    students["resubmits"] = copy.deepcopy(honest)       # first a notebook with a test cell twice: invalid
+    test_cell = next(c for c in honest.cells if c.metadata.get("nbgrader", {}).get("grade"))
+    students["resubmits"].cells.append(copy.deepcopy(test_cell))
     for student, nb in students.items():
         dest = tmp_path / "submitted" / student / a
         dest.mkdir(parents=True)
         nbformat.write(nb, dest / f"{a}.ipynb")
     graded = autograde(tmp_path, env, a)
-    for student in ("no-setup", "markup"):
+    for student in ("no-setup", "markup", "tags"):
         g = graded[student]
         assert g["score"] == g["max_score"] > 0 and not flags_of(g["report"]), (student, g)
+    report = tmp_path / "reports" / a / "resubmits.json"
+    assert any(nb.get("invalid") for nb in json.loads(report.read_text()).values())
+    nbformat.write(honest, tmp_path / "submitted" / "resubmits" / a / f"{a}.ipynb")     # then the honest one
+    again = autograde(tmp_path, env, a, "--student", "resubmits")["resubmits"]
+    assert again["score"] == again["max_score"] and not any(nb.get("invalid") for nb in again["report"].values()), \
+        "plain nbgrader autograde starts the report afresh: nothing of the earlier run sticks"
     g = graded["no-setup-own-torch"]
     assert any("rebinds 'torch'" in f for f in flags_of(g["report"])), g
     restored = nbformat.read(tmp_path / "autograded" / "no-setup" / a / f"{a}.ipynb", as_version=4)

@@ -13,7 +13,7 @@ import pytest
 from tfmgrader import scan
 from tfmgrader.scan import scan_cells
 
-SETUP = ["import math\nimport torch\nimport tfmcheck.checking as check\nSHORTCUTS = ('tfmlib',)\n"]
+SETUP = ["import math\nimport numpy as np\nimport torch\nimport tfmcheck.checking as check\nSHORTCUTS = ('tfmlib',)\n"]
 TESTS = ["from tfmcheck import feedback\nout = f(torch.ones(2))\ncheck.assert_close('f', out, torch.ones(2))\n"
          "def _reference(x):\n    return x\n"]
 
@@ -166,6 +166,14 @@ def test_the_fixtures_scopes_all_match():
     ("class Lens:\n    def __init__(self):\n        self._hidden_x = None\n"
      "def f(x):\n    def g(Lens=max):\n        view = Lens([x])\n        return view._hidden_x\n    return g()\n",
      "not provably your own"),
+    # round 12: numpy.ndarray called lays an object array over memory the answer chose (any object forged); a
+    # constant format template reading attributes off the list
+    ("def f(x):\n    raw = np.zeros(2, dtype=np.int64)\n    return np.ndarray((2,), 'O', raw)", "numpy.ndarray"),
+    ("def f(x):\n    make = np.ndarray\n    return make", "numpy.ndarray"),
+    ("from numpy import ndarray as A\ndef f(x):\n    return A((2,), 'O', buffer=x)", "numpy.ndarray"),
+    ("import numpy\ndef f(x):\n    return [numpy.ndarray][0]((1,))", "numpy.ndarray"),
+    ("def g():\n    yield 1\ndef f(x):\n    return '{0.gi_frame.f_back}'.format(g())", "'gi_frame'"),
+    ("def f(x):\n    return '{0:{1.gi_code}}'.format(x, x)", "'gi_code'"),
 ])
 def test_an_answer_cannot_widen_the_attributes_by_defining_names(code, reason):
     assert any(reason in r for r in flags(code)), flags(code)
@@ -205,6 +213,9 @@ def test_a_defined_name_that_library_objects_offer_is_refused_with_a_way_out():
     "        return cls(x * 2)\ndef f(x):\n    return Pair.of(x).doubled_input",
     "class Box:\n    def __init__(self, t):\n        self._kept = t\n    def kept(self):\n"
     "        for k in range(1):\n            pass\n        return self._kept\ndef f(x):\n    return Box(x).kept()",
+    "from numpy import ndarray\ndef f(x: np.ndarray) -> 'ndarray':\n"
+    "    return x if isinstance(x, (np.ndarray, float)) else np.asarray(x)",
+    "def f(x):\n    return '{0.shape} {0.dtype} {1:>{2}}'.format(x, 3, 4)",
 ])
 def test_honest_own_attributes_pass(code):
     assert flags(code) == []

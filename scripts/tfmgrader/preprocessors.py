@@ -81,6 +81,17 @@ def record(directory: str, resources, **found) -> None:
     SubmissionReport.add(Path(directory) / assignment / f"{student}.json", notebook, **found)
 
 
+def start_report(directory: str, resources) -> None:
+    """Forget what an earlier run reported for this notebook: the first step of grading it.  ``grade.py`` starts
+    each submission's report afresh; plain ``nbgrader autograde`` never did, so a field only written when set (an
+    invalid notebook, a setup error, files withheld) stayed on the learner's next, honest submission."""
+    directory = report_folder(directory, resources)
+    if directory is None:
+        return
+    assignment, student, notebook = _ids(resources)
+    SubmissionReport.forget(Path(directory) / assignment / f"{student}.json", notebook)
+
+
 def trace_limit() -> int:
     """Bytes of grading trace read back from the kernel's folder."""
     return limit("GRADER_TRACE_MB") * 1024 * 1024
@@ -134,6 +145,7 @@ class RefuseDuplicateIds(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         from tfmgrader.course import duplicated_ids
 
+        start_report(self.report_directory, resources)
         problem = duplicated_ids(nb)
         if problem:
             notebook = _ids(resources)[2]
@@ -142,8 +154,13 @@ class RefuseDuplicateIds(NbGraderPreprocessor):
         return nb, resources
 
 
+#: Cell tags nbclient obeys (round 13: ``skip-execution`` on the setup cell made the kernel skip it, unreported).
+EXECUTOR_TAGS = {"skip-execution", "raises-exception"}
+
+
 class RestoreReadOnlyCells(OverwriteCells):
-    """nbgrader's ``OverwriteCells`` (every read-only and test cell restored from the gradebook), without its
+    """nbgrader's ``OverwriteCells`` (every read-only and test cell restored from the gradebook, and here also a
+    read-only cell the submission lacks; the executor's tags removed from every cell), without its
     warning "Attribute 'checksum' for cell ... has changed!" for the change every honest submission has: a test
     cell as released, i.e. the instructor's cell without its hidden tests.  A read-only cell the learner edited
     is restored as before and still warned about."""
@@ -164,6 +181,11 @@ class RestoreReadOnlyCells(OverwriteCells):
 
     def preprocess(self, nb, resources):
         nb, resources = super().preprocess(nb, resources)
+        for cell in nb.cells:       # tags the executor obeys are the instructor's to set, not the submission's
+            tags = cell.get("metadata", {}).get("tags")
+            if isinstance(tags, list) and set(tags) & EXECUTOR_TAGS:
+                cell.metadata["tags"] = [t for t in tags if t not in EXECUTOR_TAGS]
+                self.log.warning("cell %s: executor tags removed", cell.metadata.get("nbgrader", {}).get("grade_id"))
         return restore_missing_read_only(nb, resources, self.log), resources
 
     def report_change(self, name, attr, old, new):

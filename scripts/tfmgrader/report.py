@@ -108,6 +108,19 @@ class SubmissionReport:
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, path)
 
+    @staticmethod
+    def forget(path: Path, notebook: str) -> None:
+        """Remove ``notebook``'s entry from the report file ``path`` (nothing to do without one)."""
+        path = Path(path)
+        if not path.exists():
+            return
+        data = json.loads(path.read_text())
+        if data.pop(notebook, None) is None:
+            return
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+
     def status(self, result: dict) -> tuple[Status, str]:
         """(status, reason) from nbgrader's ``result`` (``NbGraderAPI.autograde``) and this report."""
         nbs = self.notebooks.values()

@@ -38,6 +38,7 @@ import functools
 import importlib
 import json
 import re
+import string
 import symtable
 from pathlib import Path
 from dataclasses import dataclass
@@ -116,6 +117,41 @@ def is_ipython_name(name: str) -> bool:
     """A name IPython binds in the notebook's namespace, now or after a later cell; not ``_``, every loop's
     throw-away name (the graded kernel keeps no output cache, so IPython's ``_`` never holds an output there)."""
     return name != "_" and (name in IPYTHON_NAMES or _IPYTHON_WRITES.fullmatch(name) is not None)
+
+#: Listed types an answer may only test against (``isinstance``/``issubclass``'s second argument) or write in an
+#: annotation, never call or hold: called, ``numpy.ndarray(shape, "O", buffer, offset)`` lays an array of object
+#: pointers over memory the answer chose, which forges any object, a module's globals included (round 12).
+TYPE_ONLY = {"numpy.ndarray"}
+
+
+def _format_attributes(template: str) -> list[str]:
+    """The attribute names the fields of a ``str.format`` template read (``'{0.x.y}'``: x, y), at any nesting; a
+    template that does not parse reads whatever it likes (``['<unparsable template>']``)."""
+    import _string
+
+    names = []
+    try:
+        for _, field, spec, _ in string.Formatter().parse(template):
+            if field:
+                _, rest = _string.formatter_field_name_split(field)
+                names += [key for is_attr, key in rest if is_attr]
+            if spec and "{" in spec:
+                names += _format_attributes(spec)
+    except (ValueError, TypeError):
+        return ["<unparsable template>"]
+    return names
+
+
+def _type_test_arguments(tree) -> set[int]:
+    """ids of the nodes that are ``isinstance``'s or ``issubclass``'s second argument (or an element of it)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in ("isinstance", "issubclass") and len(node.args) == 2:
+            arg = node.args[1]
+            found |= {id(n) for n in (arg.elts if isinstance(arg, ast.Tuple) else [arg])}
+    return found
+
 
 ALLOWED_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module", "torch.autograd.Function",
                  "torch.autograd.function.Function"}
@@ -616,6 +652,7 @@ class _Checker(ast.NodeVisitor):
     # scopes --------------------------------------------------------------------------------------------
     def run(self, tree: ast.Module):
         self.class_name_ok, self.type_call_ok = _allowed_uses(tree)
+        self.type_tests = _type_test_arguments(tree)
         self.stack.append(_Scope(tree, "module", self.ctx.learner_top, set(), self.tables.get(id(tree))))
         for stmt in tree.body:
             self.visit(stmt)
@@ -870,6 +907,11 @@ class _Checker(ast.NodeVisitor):
             elif _FORMAT_ATTRIBUTE.search(template.value):
                 self.flag(node, "formats a field that reads a private or dunder attribute ('{0._x}'); use an "
                                 "f-string on your own values")
+            else:
+                unlisted = [a for a in _format_attributes(template.value) if not admitted_on_any_value(a)]
+                if unlisted:
+                    self.flag(node, f"formats a field that reads the attribute '{unlisted[0]}', which is not on the "
+                                    f"list for any value (round 12: '{{0.gi_frame}}'); use an f-string")
         if isinstance(node.func, ast.Name) and node.func.id == "property" and self.resolve("property") == "builtin" \
                 and (len(node.args) > 1 or any(kw.arg != "doc" for kw in node.keywords)):
             self.flag(node, "makes a property with a setter or deleter (a library's setattr would call your code "
@@ -920,8 +962,16 @@ class _Checker(ast.NodeVisitor):
                 self.flags[k] = Flag(f.cell, f.line, f"{f.reason} (this class body binds '{name}' too, but until "
                                                       f"that line runs Python reads the name from outside the class)")
 
+    def _check_type_only(self, node, path):
+        """``TYPE_ONLY``: such a type only as ``isinstance``'s second argument or in an annotation."""
+        if path in TYPE_ONLY and id(node) not in self.type_tests and not self.annotation_depth:
+            self.flag(node, f"uses '{path}' other than in isinstance or an annotation (called, it lays an array "
+                            f"over memory of the caller's choosing); make arrays with numpy.array, zeros or empty")
+
     def _check_load(self, node, name, where, what):
         """A read of ``name``, which lives ``where`` (see ``resolve``) and is bound to ``what``."""
+        if what.startswith("import:"):
+            self._check_type_only(node, what[7:])
         if what.startswith("import:") and what[7:] in ALLOWED_MODULES and id(node) not in self.attribute_bases:
             self.flag(node, f"uses the module '{name}' as a value; use what it offers by name "
                             f"('{name}.<name>'), so that the scan can check each name")
@@ -994,6 +1044,7 @@ class _Checker(ast.NodeVisitor):
             self.flag(node, f"reads the method '{attr}' through the class '{base.id}'; call it on an instance "
                             f"('{base.id}(...).{attr}(...)' or 'self.{attr}(...)'), so that its self is yours")
         path = self._dotted(node)
+        self._check_type_only(node, path)
         self._check_attr_name(node, attr, path, module_root=path is not None)
         if path in ALLOWED_MODULES and id(node) not in self.attribute_bases and isinstance(node.ctx, ast.Load):
             self.flag(node, f"uses the module '{path}' as a value; use what it offers by name, so that the scan "
