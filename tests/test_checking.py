@@ -207,3 +207,26 @@ def test_peak_numel_sees_the_largest_tensor():
     _, peak_blocks, _ = check.peak_numel(blocks, q, k)
     assert peak_full == 2 * 8 * 32 and where[1] == (2, 8, 32)
     assert peak_blocks == 2 * 8 * 8
+
+
+def test_a_shortcut_run_in_a_thread_the_function_starts_is_caught():
+    """Rounds 10 and 12 of the blind red team ran PyTorch's attention in a thread of their own, where the guarded
+    call's profiler and torch function mode are not: threads started after tfmcheck is imported report to the
+    active guard too."""
+    import threading
+    q, k, v = _qkv()
+
+    def threaded():
+        box = []
+        worker = threading.Thread(target=lambda: box.append(F.scaled_dot_product_attention(q, k, v)))
+        worker.start()
+        worker.join()
+        return box[0] if box else q
+
+    with pytest.raises(check.ShortcutError, match="write your own|caught the error"):
+        check.call(threaded, forbid=("sdpa",))
+    box = []
+    worker = threading.Thread(target=lambda: box.append(F.scaled_dot_product_attention(q, k, v)))
+    worker.start()
+    worker.join()
+    assert box and box[0].shape == q.shape, "outside a guarded call, a thread runs anything"

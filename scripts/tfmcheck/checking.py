@@ -91,6 +91,19 @@ _os_open, _os_readv, _os_close, _O_RDONLY = os.open, os.readv, os.close, os.O_RD
 _STATUS = bytearray(16384)      # /proc/self/status, read by _resident
 _Thread, _Event = threading.Thread, threading.Event
 
+# Threads the learner's code starts (a worker running PyTorch's attention, rounds 10 and 12 of the blind red team)
+# have no profiler of the guarded call and no torch function mode: every thread started after this module is
+# imported runs ``_other_threads_profile``, which hands each event to the guard active at that moment, if any.
+_ACTIVE_GUARDS: list = []
+
+
+def _other_threads_profile(frame, event, arg):
+    if _ACTIVE_GUARDS:
+        _ACTIVE_GUARDS[-1]._hook(frame, event, arg)
+
+
+threading.setprofile(_other_threads_profile)
+
 # The "tfmlib" shortcut group: every function of the course's code a learner could call instead of writing their
 # own: the teaching library, and this package's trusted builders (the feedback catalogue computes correct
 # attention too), except this module, which runs the learner's function.  In the graded kernel the sandbox hides
@@ -462,12 +475,15 @@ class forbid_shortcuts(contextlib.ContextDecorator):
         if self._mode is not None:
             self._mode.__enter__()
             self._depth = _fn_modes()
+        _ACTIVE_GUARDS.append(self)
         _setprofile(self._installed)
         return self
 
     def __exit__(self, exc_type, exc, tb):
         current = _getprofile()
         _setprofile(self._previous)
+        if _ACTIVE_GUARDS and _ACTIVE_GUARDS[-1] is self:
+            _ACTIVE_GUARDS.pop()
         if self._mode is not None:
             left = _fn_modes() - self._depth
             for _ in _range(left):           # modes the learner's code entered and left there
