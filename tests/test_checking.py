@@ -230,3 +230,24 @@ def test_a_shortcut_run_in_a_thread_the_function_starts_is_caught():
     worker.start()
     worker.join()
     assert box and box[0].shape == q.shape, "outside a guarded call, a thread runs anything"
+
+
+def test_sparse_internals_are_refused_in_every_thread_once_the_checks_are_imported():
+    """Round 14 of the blind red team wrote a validated sparse tensor's indices through its live ``indices()`` view,
+    then let ``add_`` and a CSR ``mm`` write and read wherever they pointed.  tfmcheck.lockdown refuses those
+    operators at PyTorch's dispatcher, for every caller (methods, torch.ops) and every thread."""
+    import threading
+
+    from tfmcheck import lockdown
+    t = torch.eye(3)
+    for use in (lambda: t.to_sparse().indices(), lambda: t.to_sparse()._values(),
+                lambda: t.to_sparse_csr().col_indices(), lambda: torch.ops.aten.indices.default(t.to_sparse()),
+                lambda: t[:1].add_(t.to_sparse())):
+        with pytest.raises(lockdown.SparseRefused):
+            use()
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(pytest.raises(lockdown.SparseRefused, use)))
+    worker.start()
+    worker.join()
+    assert seen, "refused in another thread too"
+    assert torch.equal(t.max(-1).indices, torch.tensor([0, 1, 2])), "dense results' .indices are untouched"

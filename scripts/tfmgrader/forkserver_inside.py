@@ -63,7 +63,7 @@ def preload() -> list[str]:
     import platform
     platform.uname().processor      # asked of 'uname' by debugpy; answered here, before any audit hook
     failed = []
-    for name in ("torch", "torch.nn.functional", "numpy", "tfmcheck.trace", "IPython",
+    for name in ("torch", "torch.nn.functional", "numpy", "tfmcheck.trace", "tfmcheck.lockdown", "IPython",
                  "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "ipykernel_launcher"):
         try:
             __import__(name)

@@ -43,6 +43,10 @@ FORKSERVER_ENV = "TFMLIB_FORKSERVER"        # the fork server's socket, when the
 AUDIT_LAUNCHER = """
 import os, platform, sys
 platform.uname().processor     # asked of 'uname' by debugpy at start-up: answered before the hook is on
+try:
+    import tfmcheck.lockdown   # sparse tensors' internals refused for every thread, before any cell runs
+except ImportError:
+    pass                       # no tfmcheck in this environment: the setup cell meets and reports it
 _fd0 = int(os.environ.pop(%(fd)r, '2'))
 _st0 = os.fstat(_fd0)
 def _audit(event, args, _write=os.write, _fd=_fd0, _ident=(_st0.st_dev, _st0.st_ino), _fstat=os.fstat,
