@@ -939,7 +939,8 @@ def test_a_deleted_setup_cell_comes_back_and_learner_markup_is_shown_as_text(tmp
     nbconvert without sanitising it: a learner's Markdown or raw cell holding HTML or script is shown there as
     text, the instructor's own cells as they were, and no output keeps a type a browser would run.  (3) A
     ``skip-execution`` tag on the setup cell is dropped.  (4) A resubmission's report starts afresh on plain
-    nbgrader autograde (an earlier run's 'invalid' once stuck to the honest notebook that followed)."""
+    nbgrader autograde (an earlier run's 'invalid' once stuck to the honest notebook that followed).  (5) A page
+    submitted beside the notebook (``.html``, ``.svg``) is kept as ``.txt`` in the autograded folder (round 15)."""
     require_bwrap()
     from nbconvert import HTMLExporter
 
@@ -974,6 +975,7 @@ def test_a_deleted_setup_cell_comes_back_and_learner_markup_is_shown_as_text(tmp
         dest = tmp_path / "submitted" / student / a
         dest.mkdir(parents=True)
         nbformat.write(nb, dest / f"{a}.ipynb")
+    (tmp_path / "submitted" / "markup" / a / "my_plot.html").write_text(payload)      # round 15: a page beside it
     graded = autograde(tmp_path, env, a)
     for student in ("no-setup", "markup", "tags"):
         g = graded[student]
@@ -996,3 +998,7 @@ def test_a_deleted_setup_cell_comes_back_and_learner_markup_is_shown_as_text(tmp
     assert [c.source for c in shown.cells if c.cell_type == "markdown" and c.source in instructors] == instructors
     assert all(set(o.get("data", {})) <= {"text/plain", "image/png", "image/jpeg"}
                for c in shown.cells if c.cell_type == "code" for o in c.outputs)
+    # Formgrader serves a submission's files from the instructor's origin: a page is kept only as text there
+    autograded = tmp_path / "autograded" / "markup" / a
+    assert not (autograded / "my_plot.html").exists() and (autograded / "my_plot.html.txt").read_text() == payload
+    assert (tmp_path / "submitted" / "markup" / a / "my_plot.html").exists(), "the submission itself is untouched"

@@ -331,3 +331,42 @@ def test_mistakes_are_named_from_the_catalogue(tmp_path):
     write_csv(tmp_path / "mistakes.csv", rows, mistakes.FIELDS)
     mistakes.plot(tmp_path / "mistakes.png", "03_self_attention", rows)
     assert (tmp_path / "mistakes.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("hide", ["markdown", "raw", "indented", "prompts", "alias"])
+def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
+    """Round 15 of the blind red team pasted the worked solution where copy detection did not read it, while the
+    grader ran it: answer cells saved as Markdown or raw cells (nbgrader makes them code again), every line indented
+    or behind '>>> ' prompts (IPython strips both), the function bound under its name by an expression.  Each is
+    read as the grader runs it, and found with the solution as its source."""
+    import nbformat
+
+    a = "03_self_attention"
+    solution = ROOT / "solutions" / a / f"{a}.ipynb"
+    nb = nbformat.read(solution, as_version=4)
+    for cell in nb.cells:
+        if not cell.metadata.get("nbgrader", {}).get("solution"):
+            continue
+        source = "\n".join(line for line in cell.source.splitlines() if "### " not in line)
+        if hide in ("markdown", "raw"):
+            nb.cells[nb.cells.index(cell)] = new = (nbformat.v4.new_markdown_cell if hide == "markdown"
+                                                     else nbformat.v4.new_raw_cell)(source, metadata=cell.metadata)
+            continue
+        if hide == "indented":
+            source = "\n".join("    " + line for line in source.splitlines())
+        elif hide == "prompts":
+            source = "\n".join((">>> " if line and not line[0].isspace() else "... ") + line
+                               for line in source.splitlines())
+        elif hide == "alias" and "def scaled_dot_product_attention(" in source:
+            source = source.replace("def scaled_dot_product_attention(", "def _attend(") + \
+                "\nscaled_dot_product_attention = [_attend][0]\n"
+        cell.source = source
+    folder = tmp_path / "student" / a
+    folder.mkdir(parents=True)
+    nbformat.write(nb, folder / f"{a}.ipynb")
+    notebooks, graded, refs = sim.references(ROOT, a)
+    units = sim.submission_units("student", folder, graded)
+    assert "scaled_dot_product_attention" in units, (hide, sorted(units))
+    analysis = sim.analyse({"student": units}, refs, graded, sim.release_cells(notebooks))
+    match = analysis.matches[("student", "scaled_dot_product_attention")]
+    assert match.flagged and match.source.kind == "solution", (hide, match.similarity)

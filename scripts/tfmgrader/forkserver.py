@@ -56,7 +56,7 @@ class ForkServer:
     _shared: ForkServer | None = None
 
     def __init__(self, watch: str, owner: str):
-        from tfmgrader.forkserver_inside import HOME_ENV, KEEP_ENV, STASH
+        from tfmgrader.forkserver_inside import HOME_ENV, KEEP_ENV, STASH, TMP_BYTES_ENV
         from tfmgrader.sandbox_kernel import WATCH_ENV, base_env, parent_dirs, python_binds, sandbox_command
 
         self.pid, self.key = os.getpid(), (watch, owner)
@@ -68,7 +68,8 @@ class ForkServer:
             binds = python_binds()
             keep = [binds[i + 2] for i, arg in enumerate(binds) if arg == "--ro-bind" and
                     (binds[i + 2] + "/").startswith("/tmp/")]
-            env = {**base_env(), HOME_ENV: str(self.home), KEEP_ENV: os.pathsep.join(keep)}
+            env = {**base_env(), HOME_ENV: str(self.home), KEEP_ENV: os.pathsep.join(keep),
+                   TMP_BYTES_ENV: str(limit("GRADER_FILE_MB") * 1024 * 1024)}
         finally:
             if previous is None:
                 os.environ.pop(WATCH_ENV)

@@ -39,6 +39,7 @@ PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIE
 SYS_CAPSET = 126                # x86_64; aarch64 is 91
 HOME_ENV = "TFMLIB_FORKSERVER_HOME"   # the server's folder on the grader's side, bound at its own path
 KEEP_ENV = "TFMLIB_FORKSERVER_KEEP"   # read-only binds of the sandbox under /tmp, kept over each kernel's /tmp
+TMP_BYTES_ENV = "TFMLIB_FORKSERVER_TMP_BYTES"  # each kernel's /tmp and /dev/shm hold at most this (GRADER_FILE_MB)
 STASH = "/.tfmlib-stash"       # an empty folder the server's sandbox has (bwrap --dir): binds wait here
 LIMITS = {"as": resource.RLIMIT_AS, "nproc": resource.RLIMIT_NPROC, "cpu": resource.RLIMIT_CPU,
           "fsize": resource.RLIMIT_FSIZE, "nofile": resource.RLIMIT_NOFILE, "core": resource.RLIMIT_CORE}
@@ -84,8 +85,11 @@ def isolate_folders(folders: list[str]) -> None:
     for i, (path, _) in enumerate(moves):
         os.mkdir(f"{STASH}/{i}")
         mount(path, f"{STASH}/{i}", None, MS_BIND | MS_REC)
-    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
-    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    # Capped, as the sandbox's own /tmp is: a tmpfs's files are memory that no process maps (round 15 kept the score
+    # matrix in /tmp files of a fork-server kernel, whose tmpfs had no size).
+    size = int(os.environ.get(TMP_BYTES_ENV) or 64 * 1024 * 1024)
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={size}")
+    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0755,size={size}")
     if not (home + "/").startswith("/tmp/"):
         mount("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
     for i, (path, read_only) in enumerate(moves):

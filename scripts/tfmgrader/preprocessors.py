@@ -204,7 +204,8 @@ class NeutraliseLearnerMarkup(NbGraderPreprocessor):
     the autograded notebook through nbconvert without sanitising it, so an ``<img onerror=...>`` in a learner's
     Markdown cell ran with the instructor's session and set its own marks (round 11).  Every Markdown or raw cell
     that is not the instructor's own (a read-only cell of the gradebook, with its source as there) is shown as
-    its text in a fenced block, attachments dropped; every output keeps only plain text and raster images."""
+    its text in a fenced block, attachments dropped; every output keeps only plain text and raster images; and the
+    files submitted beside the notebook that a browser would run as a page are renamed to ``.txt`` (``inert_files``)."""
 
     def preprocess(self, nb, resources):
         from nbgrader.api import Gradebook
@@ -215,6 +216,10 @@ class NeutraliseLearnerMarkup(NbGraderPreprocessor):
             answers = {c.name for c in source.solution_cells}
             instructors = {c.name: c.source for c in source.source_cells
                            if c.cell_type != "code" and c.locked and c.name not in answers}
+        folder = resources.get("metadata", {}).get("path")
+        inert = inert_files(Path(folder)) if folder else []
+        if inert:
+            self.log.info("submitted files a browser would run, kept as text: %s", inert)
         changed = []
         for i, cell in enumerate(nb.cells):
             if cell.cell_type == "code":
@@ -234,6 +239,28 @@ class NeutraliseLearnerMarkup(NbGraderPreprocessor):
         if changed:
             self.log.info("learner's Markdown or raw cells %s shown as text", changed)
         return nb, resources
+
+
+#: Submitted files a browser runs as a page (round 15: Formgrader serves a submission's files from the instructor's
+#: own origin, so a learner's ``my_plot.html`` opened there set its own marks).  They are renamed ``<name>.txt``.
+ACTIVE_SUFFIXES = {".html", ".htm", ".xhtml", ".shtml", ".svg", ".svgz", ".xml", ".xsl", ".js", ".mjs"}
+
+
+def inert_files(folder: Path) -> list[str]:
+    """Rename every regular file under ``folder`` (links not followed) whose suffix a browser runs to ``<name>.txt``,
+    which Formgrader and the feedback then serve as plain text; the renamed files, relative to ``folder``."""
+    renamed = []
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        for name in files:
+            path = Path(root) / name
+            if path.suffix.lower() in ACTIVE_SUFFIXES and path.is_file() and not path.is_symlink():
+                target = path.with_name(name + ".txt")
+                try:
+                    os.replace(path, target)
+                except OSError:
+                    path.unlink(missing_ok=True)        # a file that cannot be made inert is not kept
+                renamed.append(str(path.relative_to(folder)))
+    return renamed
 
 
 def as_text_block(text: str) -> str:
@@ -257,6 +284,18 @@ def safe_output(output):
     output.pop("metadata", None)
     output["metadata"] = NotebookNode()
     return output
+
+
+def _is_trusted_text(source: str, trusted: str) -> bool:
+    """``source`` is the trusted cell's text, or that text after comment lines only: nbgrader puts a test cell the
+    submission lacked back behind "# This cell ... was missing" (round 15: deleting exercise 7's memory test cell
+    switched the grader's own measurement off)."""
+    if source == trusted:
+        return True
+    if not source.endswith(trusted):
+        return False
+    head = source[:len(source) - len(trusted)]
+    return all(not line.strip() or line.lstrip().startswith("#") for line in head.splitlines())
 
 
 def restore_missing_read_only(nb, resources, log=None):
@@ -546,7 +585,7 @@ class SandboxedExecute(Execute):
             cell.source = isolated_test(cell.source, gid)
         started = (monotonic(), self._kernel_cpu())
         memory = self._memory_cells.get(gid) if gid else None
-        memory = memory[0] if memory is not None and memory[1] == original else None
+        memory = memory[0] if memory is not None and _is_trusted_text(original, memory[1]) else None
         sampler = Sampler(self._kernel_pids) if memory == PEAK and self._memory_base >= 0 else None
         if sampler is not None:
             sampler.__enter__()

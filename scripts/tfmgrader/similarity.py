@@ -236,11 +236,19 @@ def tokens(text: str) -> list[tuple[str, int, int]]:
 # --- units: a function and the helpers it calls ---------------------------------------------------------------
 
 def parse_cell(source: str) -> ast.Module | None:
-    """The cell's syntax tree; IPython magics and shell lines are left out; None when it does not parse."""
+    """The cell's syntax tree; IPython magics and shell lines are left out; None when it does not parse.  A cell
+    that plain Python cannot read but the kernel runs (indented, or behind ``>>>`` prompts, which IPython's input
+    transformer strips: round 15) is read as the kernel reads it."""
     lines = [ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))]
     try:
         return ast.parse("\n".join(lines))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
+        pass
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        return ast.parse(TransformerManager().transform_cell(source))
+    except Exception:  # noqa: BLE001 - a cell nothing can read has no functions to compare
         return None
 
 
@@ -335,10 +343,12 @@ def cell_functions(cells: list[str]) -> dict[str, ast.FunctionDef]:
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 defs[node.name] = node
-            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in defs:
-                for target in node.targets:
+            elif isinstance(node, ast.Assign):
+                # alias = f, and any expression of a function defined before (round 15: f = [_impl][0])
+                named = [n.id for n in ast.walk(node.value) if isinstance(n, ast.Name) and n.id in defs]
+                for target in (node.targets if named else []):
                     if isinstance(target, ast.Name):
-                        defs[target.id] = defs[node.value.id]
+                        defs[target.id] = defs[named[0]]
     return defs
 
 
@@ -377,9 +387,9 @@ def notebook_cells(path: Path, learner_only: bool = False) -> list[str]:
     nb = nbformat.read(path, as_version=4)
     out = []
     for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
         meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" and not meta.get("solution"):
+            continue        # an answer cell saved as Markdown or raw is code again when graded (round 15)
         if learner_only and (meta.get("grade") or meta.get("locked")) and not meta.get("solution"):
             continue
         out.append(cell.source)
