@@ -174,6 +174,8 @@ def test_the_fixtures_scopes_all_match():
     ("import numpy\ndef f(x):\n    return [numpy.ndarray][0]((1,))", "numpy.ndarray"),
     ("def g():\n    yield 1\ndef f(x):\n    return '{0.gi_frame.f_back}'.format(g())", "'gi_frame'"),
     ("def f(x):\n    return '{0:{1.gi_code}}'.format(x, x)", "'gi_code'"),
+    # round 16: numpy's resize(..., refcheck=False) frees a buffer a view still reads (a name reviewed for tensors)
+    ("def f(x):\n    a = np.zeros(4)\n    v = a[:]\n    a.resize((64,), refcheck=False)\n    return v", "'resize'"),
 ])
 def test_an_answer_cannot_widen_the_attributes_by_defining_names(code, reason):
     assert any(reason in r for r in flags(code)), flags(code)
