@@ -502,9 +502,9 @@ def test_a_memory_test_cell_put_back_by_nbgrader_is_still_measured_from_outside(
     """Round 15 of the blind red team: a submission without exercise 7's memory test cell gets it back from nbgrader
     behind a comment ("# This cell (id:...) was missing ..."); the grader matched the trusted text exactly and so
     left its own measurement off.  Comment lines in front still count as the trusted cell; code in front does not."""
-    from tfmgrader.preprocessors import _is_trusted_text
+    from tfmgrader.preprocessors import is_trusted_text
     trusted = "out = check.peak_memory(blockwise_attention, q, k, v)\ncheck.assert_close('x', out, ref)\n"
     notice = "# This cell (id:test_blockwise_memory) was missing from the submission. It was added back by nbgrader.\n\n"
-    assert _is_trusted_text(trusted, trusted) and _is_trusted_text(notice + trusted, trusted)
-    assert not _is_trusted_text("check.peak_memory = print\n" + trusted, trusted)
-    assert not _is_trusted_text(trusted.replace("q, k, v", "q, k, k"), trusted)
+    assert is_trusted_text(trusted, trusted) and is_trusted_text(notice + trusted, trusted)
+    assert not is_trusted_text("check.peak_memory = print\n" + trusted, trusted)
+    assert not is_trusted_text(trusted.replace("q, k, v", "q, k, k"), trusted)

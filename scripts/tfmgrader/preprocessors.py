@@ -286,7 +286,7 @@ def safe_output(output):
     return output
 
 
-def _is_trusted_text(source: str, trusted: str) -> bool:
+def is_trusted_text(source: str, trusted: str) -> bool:
     """``source`` is the trusted cell's text, or that text after comment lines only: nbgrader puts a test cell the
     submission lacked back behind "# This cell ... was missing" (round 15: deleting exercise 7's memory test cell
     switched the grader's own measurement off)."""
@@ -585,7 +585,7 @@ class SandboxedExecute(Execute):
             cell.source = isolated_test(cell.source, gid)
         started = (monotonic(), self._kernel_cpu())
         memory = self._memory_cells.get(gid) if gid else None
-        memory = memory[0] if memory is not None and _is_trusted_text(original, memory[1]) else None
+        memory = memory[0] if memory is not None and is_trusted_text(original, memory[1]) else None
         sampler = Sampler(self._kernel_pids) if memory == PEAK and self._memory_base >= 0 else None
         if sampler is not None:
             sampler.__enter__()
