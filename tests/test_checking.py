@@ -251,3 +251,54 @@ def test_sparse_internals_are_refused_in_every_thread_once_the_checks_are_import
     worker.join()
     assert seen, "refused in another thread too"
     assert torch.equal(t.max(-1).indices, torch.tensor([0, 1, 2])), "dense results' .indices are untouched"
+
+
+GRADED_KERNEL_REFUSAL = r'''
+import _thread, sys, time, threading
+import torch, torch.nn.functional as F
+from torch import nn
+import tfmcheck.checking as check      # as the graded kernel's setup cell does, with the trace file set
+
+q = torch.randn(2, 4, 3, 8)
+early_sdpa, early_mha = F.scaled_dot_product_attention, F.multi_head_attention_forward   # bound before any test
+before = early_sdpa(q, q, q)           # before a test forbids anything, PyTorch's attention still runs
+assert check.ref.scaled_dot_product_attention(q, q, q) is check.ref.scaled_dot_product_attention, "withheld"
+box = []
+def later():                            # a thread the learner's code starts with _thread, which no hook sees
+    time.sleep(0.5)
+    for name, use in [("sdpa", lambda: early_sdpa(q, q, q)),
+                      ("math", lambda: torch.ops.aten._scaled_dot_product_attention_math(q, q, q)),
+                      ("vmap", lambda: torch.vmap(early_sdpa)(q, q, q)),
+                      ("mha", lambda: nn.MultiheadAttention(8, 2, batch_first=True)(q[0], q[0], q[0])),
+                      ("grad", lambda: torch.func.grad(lambda a: early_sdpa(a, a, a).sum())(q))]:
+        try:
+            use()
+            box.append(name + " ran")
+        except RuntimeError as err:
+            box.append(name + " refused" if "not available while this notebook is graded" in str(err) else repr(err))
+_thread.start_new_thread(later, ())
+mine = lambda x: torch.softmax(x @ x.transpose(-2, -1) / 8 ** 0.5, -1) @ x
+out = check.call(mine, q, forbid=("tfmlib", "sdpa"))
+time.sleep(1.5)
+print(box)
+assert box == ["sdpa refused", "math refused", "vmap refused", "mha refused", "grad refused"], box
+assert torch.allclose(out, before, atol=1e-6), "the learner's own attention still runs"
+x = torch.randn(3, 5)
+assert F.layer_norm(x, (5,)).shape == x.shape, "a group no test forbade still runs"
+print("ok")
+'''
+
+
+def test_a_graded_kernel_refuses_what_a_test_forbade_for_good_on_every_thread(tmp_path):
+    """Issue 31: once a test in the graded kernel forbids a group, PyTorch's implementations of it are refused at the
+    dispatcher for the rest of the kernel's life (tfmcheck.lockdown.refuse), whoever calls them, from any thread
+    (one started with ``_thread``, which no profile hook sees) and under vmap or grad; nn.MultiheadAttention's
+    Python path too.  The tests' references are withheld there; groups no test forbade keep working."""
+    import os
+    import subprocess
+
+    from tfmcheck import TRACE_ENV
+    env = {**os.environ, TRACE_ENV: str(tmp_path / "trace.jsonl"), "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-c", GRADED_KERNEL_REFUSAL], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr[-3000:]

@@ -52,6 +52,7 @@ from tfmcheck import SECRET_ENV as _SECRET_ENV
 from tfmcheck import trace as _trace
 from tfmcheck.standins import standing_in as _standing_in
 from tfmcheck.trace import RandomStateKept as _RandomStateKept, _flatten
+from tfmcheck.withheld import Withheld as _Withheld
 
 # ---------------------------------------------------------------------------------------------------------
 # Trusted copies, bound when the setup cell imports this module (before any learner code runs).
@@ -174,7 +175,8 @@ ref = types.SimpleNamespace(
     randn=torch.randn,
     rand=torch.rand,
     randint=torch.randint,
-)
+    module=lambda module, *args, **kwargs: module(*args, **kwargs),   # a trusted module's output (e.g. PyTorch's
+)                                                                      # TransformerEncoderLayer)
 
 
 class CheckFailure(AssertionError):
@@ -507,6 +509,44 @@ class forbid_shortcuts(contextlib.ContextDecorator):
         return False
 
 
+#: What the graded kernel refuses for good once a test has forbidden a group (``_refuse_for_good``): the group's
+#: aten operators (``SHORTCUT_POLICY``) and these relatives of theirs, and the Python entry points that compute the
+#: same with basic operators (nn.MultiheadAttention's forward with ``need_weights=True``).
+_DISPATCH_EXTRA = {
+    "sdpa": ("_scaled_dot_product_attention_math_for_mps", "_flash_attention_forward_no_dropout_inplace"),
+    "layer_norm": ("_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+                   "_native_batch_norm_legit_no_training", "_batch_norm_with_update",
+                   "_batch_norm_with_update_functional", "_batch_norm_no_update", "cudnn_batch_norm",
+                   "miopen_batch_norm"),
+    "rnn": ("_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "_cudnn_rnn", "miopen_rnn", "mkldnn_rnn_layer",
+            "quantized_lstm", "quantized_gru"),
+}
+_PYTHON_SHORTCUTS = {"sdpa": (F.multi_head_attention_forward,)}
+_GRADED_KERNEL = bool(os.environ.get(_trace.TRACE_ENV))     # read once, before any learner code
+
+
+def _no_withheld(args, kwargs):
+    """In the graded kernel: a test cell that hands one of ``check.ref``'s results to the learner's function would
+    record the function on an inert value (``tfmcheck.withheld``), not on the inputs the replay checks; the course's
+    test cells never do, and this says so where a new one would."""
+    if _GRADED_KERNEL and any(_type(a) is _Withheld for a in _flatten((args, kwargs))):
+        raise CheckFailure("this test hands a reference withheld from the graded kernel to the learner's function "
+                           "(a defect of the test cell: report it to the instructor)")
+
+
+def _refuse_for_good(groups):
+    """In the graded kernel only: the shortcuts of ``groups`` stop working in this process, for every thread and
+    caller, from now on (``tfmcheck.lockdown.refuse``).  The guard of ``forbid_shortcuts`` covers the learner's
+    call; this covers whatever the learner's code left running, or runs, outside it.  The tests' references to
+    them are withheld there (the bottom of this module), and the verdicts come from the grader's replay."""
+    if not _GRADED_KERNEL:
+        return
+    for group in groups:
+        if group in SHORTCUTS and group != "tfmlib":   # tfmlib is not in the graded kernel at all
+            _lockdown.refuse((*SHORTCUT_POLICY[group][0], *_DISPATCH_EXTRA.get(group, ())),
+                             _PYTHON_SHORTCUTS.get(group, ()))
+
+
 def call(fn, *args, forbid=("tfmlib",), allow=(), **kwargs):
     """Run the learner's ``fn(*args, **kwargs)`` with the ``forbid`` shortcut groups disabled.
 
@@ -517,6 +557,8 @@ def call(fn, *args, forbid=("tfmlib",), allow=(), **kwargs):
         return _MODE.record(((args, kwargs)))
     if not callable(fn):
         raise CheckFailure(f"{fn!r} is not a function; run the cell that defines it first")
+    _no_withheld(args, kwargs)
+    _refuse_for_good(forbid)
 
     def run():  # a function built on another graded one runs on a trusted stand-in for it (tfmcheck.standins)
         with _inputs_kept(args, kwargs), _RandomStateKept(_flatten((args, kwargs))), \
@@ -754,6 +796,8 @@ def peak_memory(fn, *args, forbid=("tfmlib",), **kwargs):
         return _MODE.record(((args, kwargs), "peak_memory"))
     if not callable(fn):
         raise CheckFailure(f"{fn!r} is not a function; run the cell that defines it first")
+    _no_withheld(args, kwargs)
+    _refuse_for_good(forbid)
 
     def run():
         mode, traced, resident = _PeakNumel(), _TracedPeak(), _ResidentPeak()
@@ -991,4 +1035,7 @@ if os.environ.get(_trace.TRACE_ENV):
     _SECRET = os.environ.pop(_SECRET_ENV, None)           # the grading run's secret (input_seed)
     from tfmcheck.withheld import WITHHELD
     ref.rope = ref.fit_chinchilla = WITHHELD            # the course library's references: not in this kernel
+    # nor PyTorch's implementations of what the exercises ask for, which a test's forbidding refuses here for good
+    ref.scaled_dot_product_attention = ref.MultiheadAttention = ref.layer_norm = ref.rms_norm = ref.RNN = WITHHELD
+    ref.module = WITHHELD
     ref.grouped_query_attention = lambda *args, **kwargs: (WITHHELD, (WITHHELD, WITHHELD))

@@ -7,6 +7,14 @@ reached any object in the process.  No exercise needs sparse tensors, so their i
 dispatcher, for every caller and every thread (``torch.library``), not only for the names the scan reads.
 
     import tfmcheck.lockdown      # installs once per process (the grading kernel's start, tfmcheck.checking)
+
+The same mechanism takes away, in a graded kernel, the library implementations an exercise asks the learner to
+write (``refuse``): once a test has forbidden a shortcut group (``tfmcheck.checking.call``), its operators are
+refused at the dispatcher for the rest of the kernel's life, on every thread and under every transform (a thread
+started with ``_thread``, a callback, ``torch.vmap``, autograd), and its Python-level entry points (PyTorch's
+``multi_head_attention_forward`` computes attention with basic operators) have their code replaced, for every
+reference to them.  The tests' own references are not in that kernel (``tfmcheck.withheld``): the verdicts are
+reached in the grader's process, where nothing is refused.
 """
 from __future__ import annotations
 
@@ -43,6 +51,65 @@ def install() -> None:
             for key in SPARSE_KEYS:
                 library.impl(op, _refuse, key)
     _LIBRARY.append(library)
+
+
+#: Every dispatch key an operator's kernel can be registered on that a CPU or CUDA call, or a functorch transform of
+#: it, may reach (a key an operator does not accept is skipped).
+REFUSE_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CPU", "CUDA", "AutogradCPU", "AutogradCUDA",
+               "FuncTorchBatched", "Batched", "FuncTorchVmapMode", "FuncTorchGradWrapper", "Functionalize",
+               "ZeroTensor", "Conjugate", "Negative", "AutocastCPU", "AutocastCUDA", "ADInplaceOrView")
+
+_REFUSED = set()    # the operators and functions refused so far in this process
+
+
+class Refused(RuntimeError):
+    pass
+
+
+def _refused_operator(name):
+    def refused(*args, **kwargs):
+        raise Refused(f"torch's {name} is not available while this notebook is graded: the exercise asks you to "
+                      f"write your own (use basic tensor operations: matmul, softmax, sum, ...)")
+    return refused
+
+
+def _refused_code():
+    def refused(*args, **kwargs):
+        raise RuntimeError("this PyTorch implementation is not available while this notebook is graded: the "
+                           "exercise asks you to write your own (use basic tensor operations: matmul, softmax, ...)")
+    return refused.__code__
+
+
+def refuse(operators=(), functions=()) -> None:
+    """For the rest of this process: every overload of the aten ``operators`` (names; those PyTorch does not have
+    are skipped) raises ``Refused`` on every key of ``REFUSE_KEYS``, and every Python function of ``functions``
+    (plain functions without a closure) runs code that raises instead of its own."""
+    import warnings
+
+    operators = [op for op in operators if op not in _REFUSED and getattr(torch.ops.aten, op, None) is not None]
+    library = torch.library.Library("aten", "IMPL") if operators else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for op in operators:
+            packet = getattr(torch.ops.aten, op)
+            _REFUSED.add(op)
+            for overload in packet.overloads():
+                name = op if overload == "default" else f"{op}.{overload}"
+                for key in REFUSE_KEYS:
+                    try:
+                        library.impl(name, _refused_operator(op), key)
+                    except RuntimeError:    # a key this operator cannot take a kernel on
+                        pass
+    if library is not None:
+        _LIBRARY.append(library)
+    code = _refused_code()
+    for fn in functions:
+        if fn in _REFUSED:
+            continue
+        if fn.__closure__:
+            raise ValueError(f"refuse: {fn.__qualname__} has a closure; its code cannot be replaced")
+        fn.__code__ = code.replace(co_name=fn.__code__.co_name, co_qualname=fn.__code__.co_qualname)
+        _REFUSED.add(fn)
 
 
 install()

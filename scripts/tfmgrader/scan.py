@@ -653,6 +653,12 @@ class _Checker(ast.NodeVisitor):
     def run(self, tree: ast.Module):
         self.class_name_ok, self.type_call_ok = _allowed_uses(tree)
         self.type_tests = _type_test_arguments(tree)
+        for node, name in deciding_name_bindings(tree):
+            self.flag(node, f"binds '{name}', a name whose meaning the check relies on (which methods are "
+                            f"properties, classmethods or dataclasses, what super() is); choose another name")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                self._check_class_body(node)
         self.stack.append(_Scope(tree, "module", self.ctx.learner_top, set(), self.tables.get(id(tree))))
         for stmt in tree.body:
             self.visit(stmt)
@@ -818,6 +824,24 @@ class _Checker(ast.NodeVisitor):
                 self.flag(ast.Pass(lineno=line), f"binds '{name}' in a class body, a name an answer may never read "
                                                  f"on a value (a library that sets or reads it would hand it over)")
         self._enter(node, "class", node.body)
+
+    def _check_class_body(self, node):
+        """A class body binds each name once, and never a name a library calls by itself: a method's name rebound
+        (``m = staticmethod(m)``) would no longer be the method the scan read (round 19), and a callback bound as a
+        value (``_repr_pretty_ = helper``) or nn.Module's own private machinery overridden (``_apply``,
+        ``_call_impl``) would be handed the library's objects (round 18)."""
+        seen = {}
+        for item in node.body:
+            names = [item.name] if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else \
+                list(bound_names(ast.Module(body=[item], type_ignores=[])))
+            for name in names:
+                if name in seen:
+                    self.flag(item, f"binds '{name}' twice in the class '{node.name}' (each name of a class body "
+                                    f"is bound once, so that a method is what its definition says)")
+                seen[name] = item
+                if is_callback_name(name) or name in module_private_names():
+                    self.flag(item, f"binds '{name}' in a class body, a name that libraries call or read by "
+                                    f"themselves (handing it objects of their own); choose another name")
 
     def visit_FunctionDef_decorators(self, node):
         """A property's setter or deleter (``@x.setter``) is refused, as ``property(fget, fset)`` is.  A classmethod's
@@ -1094,6 +1118,9 @@ class _Checker(ast.NodeVisitor):
             self.flag(node, f"uses '{shown}' ({why}: not allowed in answers)")
         elif admitted_on_any_value(attr):
             return
+        elif is_callback_name(attr):
+            self.flag(node, f"uses '{shown}', a name that libraries call or read by themselves (handing it objects "
+                            f"of their own); choose another name")
         elif attr in FORBIDDEN_ATTRIBUTES:
             self.flag(node, f"uses '{shown}', a library implementation of what the exercise asks for")
         elif attr.startswith("_") and attr in library_private_attributes():
@@ -1287,6 +1314,55 @@ class _Context:
         self.learner_classes: set[str] = set()     # the classes the answer defines at its top level
         self.plain_classes: set[str] = set()       # those that are classes for sure (``plain_classes``)
         self.class_members: dict[str, dict[str, str]] = {}   # class -> its members' kinds (class_members)
+
+
+#: Names whose meaning the scan's rules rely on: a decorator ``@property``, ``@classmethod``, ``@staticmethod`` or
+#: ``@dataclass`` and ``super()`` are read by their spelling, so an answer never binds them in any scope (round 19:
+#: ``property = staticmethod`` in a class body made a "property" a plain function called with any self); only
+#: ``from dataclasses import dataclass`` binds ``dataclass``.
+DECIDING_NAMES = {"property", "classmethod", "staticmethod", "super", "dataclass", "dataclasses"}
+
+
+def deciding_name_bindings(tree: ast.AST) -> list[tuple[ast.AST, str]]:
+    """``(node, name)`` for each binding, in any scope and any form, of a name of ``DECIDING_NAMES``, except
+    ``from dataclasses import dataclass`` and ``import dataclasses``."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names = [node.id]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, ast.Import):
+            names = [a.asname or a.name.split(".")[0] for a in node.names
+                     if (a.asname or a.name.split(".")[0]) != "dataclasses" or a.name != "dataclasses"]
+        elif isinstance(node, ast.ImportFrom):
+            names = [a.asname or a.name for a in node.names
+                     if not (node.module == "dataclasses" and not node.level and a.name == "dataclass"
+                             and a.asname in (None, "dataclass"))]
+        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+            names = [node.name]
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names = list(node.names)
+        elif isinstance(node, ast.arg):
+            names = [node.arg]
+        else:
+            continue
+        out += [(node, n) for n in names if n in DECIDING_NAMES]
+    return out
+
+
+def is_callback_name(name: str) -> bool:
+    """A name libraries look up on objects by themselves (IPython's display protocol, ``_x_`` hooks)."""
+    return name.startswith(CALLBACK_PREFIXES) or (name.startswith("_") and name.endswith("_") and len(name) > 2
+                                                  and not name.startswith("__"))
+
+
+@functools.lru_cache(maxsize=None)
+def module_private_names() -> frozenset[str]:
+    """nn.Module's own private names (``_apply``, ``_call_impl``, ``_parameters`` ...), which its machinery calls or
+    reads on the instance: an answer's class never binds them (dunders are refused on their own)."""
+    import torch
+    return frozenset(n for n in dir(torch.nn.Module) if n.startswith("_") and not n.startswith("__"))
 
 
 def class_body_names(node: ast.ClassDef) -> list[tuple[str, int]]:
