@@ -611,7 +611,7 @@ def test_verdicts_hold_when_the_scan_is_off(tmp_path, path):
     from fixtures.make_class import make_class
     a = "03_self_attention"
     env = new_course(tmp_path, [a])
-    wanted = {"correct-plain", "correct-style-einsum-where", *(f"attack-{k}" for k in TAMPERING)}
+    wanted = {"correct-plain", "correct-style-einsum-where", "attack-shortcut-called", *(f"attack-{k}" for k in TAMPERING)}
     expected = make_class(tmp_path, [a], kinds={a: wanted})
     if path == "nbgrader":
         graded = autograde(tmp_path, env, a, "--ScanSubmission.enabled=False")
@@ -633,6 +633,8 @@ def test_verdicts_hold_when_the_scan_is_off(tmp_path, path):
         else:
             assert score < best, (student, scores[student])
             caught += bool(flags)
+        if student.endswith("attack-shortcut-called"):   # the guard refused a call: not the answer switching it off
+            assert not any("switch the check" in f for f in flags), (student, flags)
     # The kernel decides nothing (tfmcheck.withheld): rebinding its checks changes no verdict and is not reported;
     # tampering with the record or the audit channel, and switching the shortcut check off, are.
     assert caught >= 3, "tampering with the trace, the audit channel or the shortcut check is reported as flagged"

@@ -98,6 +98,9 @@ _lockdown = importlib.import_module("tfmcheck.lockdown")     # sparse tensors' i
 # have no profiler of the guarded call and no torch function mode: every thread started after this module is
 # imported runs ``_other_threads_profile``, which hands each event to the guard active at that moment, if any.
 _ACTIVE_GUARDS: list = []
+# Set just before the guard's profile hook raises ShortcutError: CPython then removes the hook itself, an event the
+# grading kernel's audit hook would otherwise report as the answer switching the check off (red-team round 18).
+_REFUSING: list = []
 
 
 def _other_threads_profile(frame, event, arg):
@@ -444,8 +447,10 @@ class forbid_shortcuts(contextlib.ContextDecorator):
         self.allowed = frozenset(_code(f) for f in allow)
         self.violation = None
 
-    def _refuse(self, label):
+    def _refuse(self, label, from_hook=False):
         self.violation = label
+        if from_hook:
+            _REFUSING.append(label)
         raise ShortcutError(f"your function called {label}. This exercise asks you to write your own; "
                             f"use basic tensor operations (matmul, softmax, sum, ...).")
 
@@ -469,7 +474,7 @@ class forbid_shortcuts(contextlib.ContextDecorator):
             if name in self.names and not _isinstance(getattr(arg, "__self__", None), _Tensor):
                 label = f"torch's built-in {name}"
         if label is not None:
-            self._refuse(label)
+            self._refuse(label, from_hook=True)
 
     def __enter__(self):
         self.violation = None
@@ -485,6 +490,7 @@ class forbid_shortcuts(contextlib.ContextDecorator):
 
     def __exit__(self, exc_type, exc, tb):
         current = _getprofile()
+        _REFUSING.clear()
         _setprofile(self._previous)
         if _ACTIVE_GUARDS and _ACTIVE_GUARDS[-1] is self:
             _ACTIVE_GUARDS.pop()

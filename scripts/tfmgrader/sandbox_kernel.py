@@ -53,7 +53,7 @@ def _audit(event, args, _write=os.write, _fd=_fd0, _ident=(_st0.st_dev, _st0.st_
            _exit=os._exit, _abspath=os.path.abspath, _sep=os.sep, _mark=%(mark)r,
            _watch=tuple(w for w in os.environ.pop(%(watch)r, '').split(os.pathsep) if w),
            _own=tuple(w for w in os.environ.pop(%(own)r, '').split(os.pathsep) if w),
-           _frame=sys._getframe, _guard=os.sep + os.path.join('tfmcheck', 'checking.py'),
+           _frame=sys._getframe, _modules=sys.modules, _guard=os.sep + os.path.join('tfmcheck', 'checking.py'),
            _installed=tuple({os.path.join(q, '') for p in (sys.prefix, sys.base_prefix)
                              for q in (p, os.path.realpath(p))})):
     try:
@@ -72,6 +72,10 @@ def _audit(event, args, _write=os.write, _fd=_fd0, _ident=(_st0.st_dev, _st0.st_
             caller = _frame(1).f_code.co_filename
             if caller.endswith(_guard) or caller.startswith(_installed):
                 return      # tfmcheck.checking's guard against shortcuts, or the installation's own code (ipykernel)
+            refusing = getattr(_modules.get('tfmcheck.checking'), '_REFUSING', None)
+            if event == 'sys.setprofile' and type(refusing) is list and refusing:
+                refusing.clear()
+                return      # CPython removing the guard's hook after it refused a shortcut: not the answer's doing
             what = 'switch the check for library shortcuts off (' + event + ')'
         elif event == 'sqlite3.connect' and args and str(args[0]) != ':memory:':
             what = 'opened the SQLite database ' + str(args[0])[:200]
