@@ -237,6 +237,11 @@ def records(assignment: str, half: str, k: int, mode: str, cache: dict) -> list[
             units = {s: sim.function_units(s, "student", list(dict.fromkeys(functions.values())), graded)
                      for s, functions in subs.items()}
             units = {s: {n: u for n, u in us.items() if n in subs[s]} for s, us in units.items()}
+            for s, us in units.items():     # what else each name may hold when run, as grade.py compares it
+                cells = list(dict.fromkeys(subs[s].values()))
+                for n, alternates in sim.alternate_units(s, cells, graded, us).items():
+                    if n in us:
+                        us[n].alternates = alternates
         finally:
             sim.CANONICAL = True
         cache[key0] = (notebooks, graded, refs, units, expected)
@@ -252,6 +257,8 @@ def records(assignment: str, half: str, k: int, mode: str, cache: dict) -> list[
         for functions in units.values():
             for u in functions.values():
                 fp.add(u)
+                for alt in u.alternates:
+                    fp.add(alt)
     finally:
         sim.CANONICAL = True
     by_label = {u.label: u for u in refs}
@@ -262,16 +269,20 @@ def records(assignment: str, half: str, k: int, mode: str, cache: dict) -> list[
             want = exp.source.get(name)
             want_code = None if want is None else (by_label[want].normalised if want in by_label
                                                    else units[want][name].normalised)
-            scored = []
-            for c in refs + [o[name] for s, o in units.items() if s != student and name in o]:
-                if c.function and c.function != name:
-                    continue
-                share, _ = fp.compare(u, c)
-                if share > 0:
-                    right = want_code is not None and (c.label == want or c.normalised == want_code)
-                    scored.append((share, c.kind != "student", c.size, c.label, right))
+            variants = []
+            for v in [u, *u.alternates]:
+                scored = []
+                for c in refs + [o[name] for s, o in units.items() if s != student and name in o]:
+                    if c.function and c.function != name:
+                        continue
+                    share, _ = fp.compare(v, c)
+                    if share > 0:
+                        right = want_code is not None and (c.label == want or c.normalised == want_code)
+                        scored.append((share, c.kind != "student", c.size, c.label, right))
+                variants.append((v.size, scored))
             out.append({"student": student, "function": name, "role": exp.role, "kind": exp.kind,
-                        "round": exp.round, "size": u.size, "want": want, "scored": scored})
+                        "round": exp.round, "size": u.size, "want": want, "scored": variants[0][1],
+                        "variants": variants[1:]})
     cache[key] = out
     return out
 
@@ -325,6 +336,16 @@ def decide(r: dict, threshold: float, min_tokens: int) -> tuple[float, str, bool
     return top, chosen[3], any(s[4] for s in named)
 
 
+def chosen_variant(r: dict, threshold: float, min_tokens: int) -> dict:
+    """The record as ``similarity.analyse`` judges it: of the unit the cells leave bound and the other code the
+    name may hold (``similarity.alternate_units``), the one flagged, else the most similar."""
+    def rank(size, scored):
+        similarity = decide({"scored": scored}, threshold, min_tokens)[0] if size >= min_tokens else 0.0
+        return (size >= min_tokens and similarity >= threshold, similarity)
+    best = max([(r["size"], r["scored"]), *r.get("variants", [])], key=lambda v: rank(*v))
+    return {**r, "size": best[0], "scored": best[1]}
+
+
 def evaluate(assignment: str, half: str, k: int, threshold: float, min_tokens: int, mode: str = "ast",
              cache: dict | None = None, verbose: bool = False) -> dict:
     """Counts for one half of one assignment."""
@@ -333,6 +354,7 @@ def evaluate(assignment: str, half: str, k: int, threshold: float, min_tokens: i
          "independent": 0,
          "false_positives": 0, "independent_short": 0, "misses": [], "false": []}
     for r in records(assignment, half, k, mode, cache):
+        r = chosen_variant(r, threshold, min_tokens)
         short = r["size"] < min_tokens
         similarity, label, right = decide(r, threshold, min_tokens)
         flagged = not short and similarity >= threshold

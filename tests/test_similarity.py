@@ -333,12 +333,18 @@ def test_mistakes_are_named_from_the_catalogue(tmp_path):
     assert (tmp_path / "mistakes.png").stat().st_size > 1000
 
 
-@pytest.mark.parametrize("hide", ["markdown", "raw", "indented", "prompts", "alias"])
+STUB = "def scaled_dot_product_attention(q, k, v, mask=None):\n    return q, None\n"
+
+
+@pytest.mark.parametrize("hide", ["markdown", "raw", "indented", "prompts", "alias",
+                                  "if-true", "decoy-after-error", "tuple", "methods", "second-notebook"])
 def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     """Round 15 of the blind red team pasted the worked solution where copy detection did not read it, while the
     grader ran it: answer cells saved as Markdown or raw cells (nbgrader makes them code again), every line indented
-    or behind '>>> ' prompts (IPython strips both), the function bound under its name by an expression.  Each is
-    read as the grader runs it, and found with the solution as its source."""
+    or behind '>>> ' prompts (IPython strips both), the function bound under its name by an expression.  Round 17
+    then hid it where reading the cells in order cannot say what runs: a ``def`` under ``if True:``, a decoy stub
+    after a statement that raises, a tuple assignment, the bodies moved into a class's methods behind one-line
+    wrappers, a second notebook of stubs read last.  Each is found with the solution as its source."""
     import nbformat
 
     a = "03_self_attention"
@@ -360,10 +366,25 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
         elif hide == "alias" and "def scaled_dot_product_attention(" in source:
             source = source.replace("def scaled_dot_product_attention(", "def _attend(") + \
                 "\nscaled_dot_product_attention = [_attend][0]\n"
+        elif hide == "if-true":
+            source = "if True:\n" + "\n".join("    " + line for line in source.splitlines())
+        elif hide == "decoy-after-error" and "def scaled_dot_product_attention(" in source:
+            source += "\n\n\nif len(str(1)) == 1:\n    raise SystemExit\n" + STUB
+        elif hide == "tuple" and "def scaled_dot_product_attention(" in source:
+            source = source.replace("def scaled_dot_product_attention(", "def _attend(") + \
+                "\n" + STUB + "scaled_dot_product_attention, _unused = _attend, 0\n"
+        elif hide == "methods" and "def scaled_dot_product_attention(" in source:
+            body = source.replace("def scaled_dot_product_attention(q, k, v, mask=None):",
+                                  "def attend(self, q, k, v, mask=None):")
+            source = ("class _Impl:\n" + "\n".join("    " + line for line in body.splitlines()) +
+                      "\n\n\ndef scaled_dot_product_attention(q, k, v, mask=None):\n"
+                      "    return _Impl().attend(q, k, v, mask)\n")
         cell.source = source
     folder = tmp_path / "student" / a
     folder.mkdir(parents=True)
     nbformat.write(nb, folder / f"{a}.ipynb")
+    if hide == "second-notebook":
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(STUB)]), folder / "zz_scratch.ipynb")
     notebooks, graded, refs = sim.references(ROOT, a)
     units = sim.submission_units("student", folder, graded)
     assert "scaled_dot_product_attention" in units, (hide, sorted(units))

@@ -299,6 +299,7 @@ class Unit:
     fingerprint: object = None
     size: int = 0              # tokens outside the boilerplate
     spans: list = field(default_factory=list)
+    alternates: list = field(default_factory=list)   # other code the name may hold when run (``alternate_units``)
 
 
 _LINES: dict[int, tuple[str, list[str]]] = {}
@@ -375,6 +376,127 @@ def function_units(label: str, kind: str, cells: list[str], graded: list[str]) -
             others = other_graded(name, defs, graded)
             units[name] = Unit(label, kind, name, unit_source(statements), normalise(statements, others, name))
     return units
+
+
+def every_definition(cells: list[str]) -> tuple[dict[str, list[ast.AST]], dict[str, set[str]]]:
+    """Every function a submission defines, at any depth (inside ``if``/``try``/``with``/loops, methods of its
+    classes, nested functions), by name; and, for each name, the names of functions any binding form gives it
+    (``f = g``, ``f, _ = g, 0``, ``for f in [g]``, ``with ... as f``, ``f := g``).  What the kernel finally binds
+    depends on what runs, which reading the cells cannot know (red-team round 17: a ``def`` under ``if True:``, a
+    decoy after ``1 / 0``, a tuple assignment); copy detection compares each of these with the sources."""
+    defs: dict[str, list[ast.AST]] = {}
+    given: dict[str, set[str]] = {}
+
+    def pairs(target, value):
+        if isinstance(target, ast.Name) and isinstance(value, ast.Name):
+            yield target.id, value.id
+        elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+                and len(target.elts) == len(value.elts):
+            for t, v in zip(target.elts, value.elts):
+                yield from pairs(t, v)
+        elif isinstance(target, ast.Name) and value is not None:
+            for n in ast.walk(value):       # any expression of a function (round 15: f = [_impl][0])
+                if isinstance(n, ast.Name):
+                    yield target.id, n.id
+
+    for source in cells:
+        tree = parse_cell(source)
+        if tree is None:
+            continue
+        clean = "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+        for node in ast.walk(tree):
+            found = []
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        item._method = True
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                node._cell_source = clean
+                defs.setdefault(node.name, []).append(node)
+            elif isinstance(node, ast.Assign):
+                found = [p for t in node.targets for p in pairs(t, node.value)]
+            elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)):
+                found = list(pairs(node.target, node.value))
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                found = [(t.id, v.id) for t in ast.walk(node.target) if isinstance(t, ast.Name)
+                         for v in ast.walk(node.iter) if isinstance(v, ast.Name)]
+            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                found = [(t.id, v.id) for t in ast.walk(node.optional_vars) if isinstance(t, ast.Name)
+                         for v in ast.walk(node.context_expr) if isinstance(v, ast.Name)]
+            for target, value in found:
+                given.setdefault(target, set()).add(value)
+    return defs, given
+
+
+def wide_unit(root: ast.AST, defs: dict[str, list[ast.AST]], graded: set[str], name: str,
+              limit: int = 40) -> list[ast.stmt]:
+    """``root`` and every function of ``defs`` it reaches by name or as a method (``obj.helper(...)``: round 17
+    moved the solution's bodies into methods behind one-line wrappers), graded functions other than ``name``
+    excepted; at most ``limit`` definitions."""
+    out, seen, todo = [], set(), [root]
+    while todo and len(out) < limit:
+        node = todo.pop(0)
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        out.append(node)
+        for sub in ast.walk(node):
+            ref = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else None
+            if ref in defs and (ref not in graded or ref == name):
+                todo += [d for d in defs[ref] if id(d) not in seen]
+    return out
+
+
+def _as_function(node: ast.AST) -> ast.AST:
+    """A method as the function it computes: its first parameter (``self``) left out, so that its parameters line up
+    with the graded function's (a copy moved into a class's method, round 17)."""
+    if not getattr(node, "_method", False) or not (node.args.posonlyargs + node.args.args) or \
+            any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in node.decorator_list):
+        return node
+    copy_ = pickle.loads(pickle.dumps(node))
+    copy_._cell_source = node._cell_source
+    args = copy_.args
+    if args.posonlyargs:
+        args.posonlyargs = args.posonlyargs[1:]
+    else:
+        args.args = args.args[1:]
+    return copy_
+
+
+def alternate_units(label: str, cells: list[str], graded: list[str], main: dict[str, Unit]) -> dict[str, list[Unit]]:
+    """``{graded function: [Unit]}``: besides the unit the cells leave bound when every statement runs (``main``),
+    one unit for every definition the function's name may hold when they run otherwise (``every_definition``)."""
+    defs, given = every_definition(cells)
+    flat = cell_functions(cells)
+    out = {}
+    for name in graded:
+        names, todo = set(), [name]
+        while todo:                        # the names whose functions this name may be given, transitively
+            n = todo.pop()
+            if n not in names:
+                names.add(n)
+                todo += sorted(given.get(n, ()))
+        shown = {main[name].source} if name in main else set()
+        units, roots = [], []
+        for n in sorted(names):
+            for root in defs.get(n, [])[:20]:
+                # the definition, and each function it reaches on its own (a helper or a method holding the copy,
+                # which the normalisation would drop as unused beside a one-line wrapper)
+                roots += [r for r in wide_unit(root, defs, set(graded), name) if r not in roots]
+        for root in roots[:40]:
+            statements = [_as_function(d) for d in wide_unit(root, defs, set(graded), name)]
+            source = unit_source(statements)
+            if source in shown:
+                continue
+            shown.add(source)
+            try:
+                text = normalise(statements, other_graded(name, flat, graded), name)
+            except (SyntaxError, ValueError, RecursionError):
+                continue
+            units.append(Unit(label, "student", name, source, text))
+        if units:
+            out[name] = units
+    return out
 
 
 # --- the sources: tfmlib, solutions/, the site -------------------------------------------------------------
@@ -742,20 +864,35 @@ def analyse(students: dict[str, dict[str, Unit]], refs: list[Unit], graded: list
     matches = {}
     for student, units in students.items():
         for name, u in units.items():
-            matches[(student, name)] = closest(u, refs + by_function[name], fp, min_tokens, threshold)
+            found = [closest(u, refs + by_function[name], fp, min_tokens, threshold)]
+            for alt in u.alternates:       # other code the name may hold: the closest of them all counts
+                alt.label = u.label
+                fp.add(alt)
+                found.append(closest(alt, refs + by_function[name], fp, min_tokens, threshold))
+            matches[(student, name)] = max(found, key=lambda m: (m.flagged, m.similarity or 0.0))
     return Analysis(matches, graded, refs)
 
 
 def submission_units(student: str, folder: Path, graded: list[str]) -> dict[str, Unit]:
     """The graded functions one submission defines (its notebooks' answer cells and cells it added)."""
-    cells = []
+    cells, graded_cells = [], []
     for path in sorted(folder.glob("*.ipynb")):
         try:
-            cells += notebook_cells(path, learner_only=True)
+            these = notebook_cells(path, learner_only=True)
         except Exception:  # noqa: BLE001 - an unreadable notebook has no functions to compare
             continue
+        cells += these
+        if path.name == f"{folder.name}.ipynb":     # the notebook the grader runs (round 17: another one read last)
+            graded_cells += these
     try:
-        return function_units(student, "student", cells, graded)
+        units = function_units(student, "student", graded_cells or cells, graded)
+        for name, alternates in alternate_units(student, cells, graded, units).items():
+            if name in units:
+                units[name].alternates = alternates
+            else:
+                units[name] = alternates[0]
+                units[name].alternates = alternates[1:]
+        return units
     except (RecursionError, MemoryError, ValueError, SyntaxError):
         return {}
 
