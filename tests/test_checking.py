@@ -270,7 +270,8 @@ def later():                            # a thread the learner's code starts wit
                       ("math", lambda: torch.ops.aten._scaled_dot_product_attention_math(q, q, q)),
                       ("vmap", lambda: torch.vmap(early_sdpa)(q, q, q)),
                       ("mha", lambda: nn.MultiheadAttention(8, 2, batch_first=True)(q[0], q[0], q[0])),
-                      ("grad", lambda: torch.func.grad(lambda a: early_sdpa(a, a, a).sum())(q))]:
+                      ("grad", lambda: torch.func.grad(lambda a: early_sdpa(a, a, a).sum())(q)),
+                      ("flex", lambda: sys.modules["torch._higher_order_ops.flex_attention"].math_attention(q, q, q))]:
         try:
             use()
             box.append(name + " ran")
@@ -281,7 +282,7 @@ mine = lambda x: torch.softmax(x @ x.transpose(-2, -1) / 8 ** 0.5, -1) @ x
 out = check.call(mine, q, forbid=("tfmlib", "sdpa"))
 time.sleep(1.5)
 print(box)
-assert box == ["sdpa refused", "math refused", "vmap refused", "mha refused", "grad refused"], box
+assert box == ["sdpa refused", "math refused", "vmap refused", "mha refused", "grad refused", "flex refused"], box
 assert torch.allclose(out, before, atol=1e-6), "the learner's own attention still runs"
 x = torch.randn(3, 5)
 assert F.layer_norm(x, (5,)).shape == x.shape, "a group no test forbade still runs"
@@ -292,8 +293,8 @@ print("ok")
 def test_a_graded_kernel_refuses_what_a_test_forbade_for_good_on_every_thread(tmp_path):
     """Issue 31: once a test in the graded kernel forbids a group, PyTorch's implementations of it are refused at the
     dispatcher for the rest of the kernel's life (tfmcheck.lockdown.refuse), whoever calls them, from any thread
-    (one started with ``_thread``, which no profile hook sees) and under vmap or grad; nn.MultiheadAttention's
-    Python path too.  The tests' references are withheld there; groups no test forbade keep working."""
+    (one started with ``_thread``) and under vmap or grad; the Python implementations (nn.MultiheadAttention's
+    path, flex attention's reference, round 21) too.  The tests' references are withheld there; groups no test forbade keep working."""
     import os
     import subprocess
 

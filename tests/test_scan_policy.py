@@ -207,15 +207,18 @@ def _scan_as_submission(code: str, assignment: str = "03_self_attention") -> lis
     import nbformat
     from fixtures.make_class import attack
     from tfmgrader.scan import scan_cells
-    nb = attack(nbformat.read(ROOT / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4), code)
-    learner, setup, tests, graded = {}, [], [], set()
+    release = nbformat.read(ROOT / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)
+    # the graded names: what the instructor's answer cells define (ScanSubmission reads them from the gradebook)
+    graded = {n for cell in release.cells if cell.metadata.get("nbgrader", {}).get("solution")
+              for n in _defined(cell.source)}
+    nb = attack(release, code)
+    learner, setup, tests = {}, [], []
     for i, cell in enumerate(nb.cells):
         meta = cell.metadata.get("nbgrader", {})
         if cell.cell_type != "code":
             continue
         if meta.get("solution"):
             learner[i] = cell.source
-            graded |= {n for n in _defined(cell.source)}
         elif meta.get("grade") or meta.get("locked"):
             (tests if meta.get("grade") else setup).append(cell.source)
         else:

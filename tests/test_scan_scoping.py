@@ -329,3 +329,15 @@ def test_round_8_and_9_holes_are_flagged(code, reason):
 ])
 def test_reviewed_class_decorators_and_own_bases_keep_the_privileges(code):
     assert flags(code) == []
+
+
+@pytest.mark.parametrize("separator", list(scan.LINE_BREAKS_READ_TWO_WAYS))
+def test_a_cell_that_python_and_ipython_read_as_different_code_is_withheld(separator):
+    """Round 21 of the blind red team: a character that ends a line for IPython (``str.splitlines``) but not for
+    Python, inside a comment, made the scan read ``def exec(): pass`` where the kernel ran an escaped ``print``
+    that swallowed it; with the graded names taken from that reading, ``exec`` was the answer's own.  Such a cell
+    is withheld, whatever the graded names (here the ones that reading gave)."""
+    code = f"#{separator},print \\\ndef exec(): pass\nexec('import sys')\ndef f(x):\n    return x\n"
+    found = [f.reason for f in scan_cells({3: code}, SETUP, TESTS, {"f", "exec"})]
+    assert any("IPython reads as a line break" in r for r in found), found
+    assert not flags("def f(x):\n    return x  # a comment with no such character\n")

@@ -110,6 +110,23 @@ def _other_threads_profile(frame, event, arg):
 
 threading.setprofile(_other_threads_profile)
 
+
+def _profiled(start_new_thread):
+    """``_thread.start_new_thread`` whose threads run ``_other_threads_profile`` too (``threading.setprofile``
+    reaches only ``threading.Thread``; round 21 started its worker with ``_thread``)."""
+    def start(function, args, kwargs=None):
+        def run(*a, **k):
+            _setprofile(_other_threads_profile)
+            return function(*a, **k)
+        return start_new_thread(run, args, {} if kwargs is None else kwargs)
+    return start
+
+
+if os.environ.get(_trace.TRACE_ENV):    # the graded kernel: before any learner code runs
+    import _thread
+    _thread.start_new_thread = _thread.start_new = threading._start_new_thread = \
+        _profiled(_thread.start_new_thread)
+
 # The "tfmlib" shortcut group: every function of the course's code a learner could call instead of writing their
 # own: the teaching library, and this package's trusted builders (the feedback catalogue computes correct
 # attention too), except this module, which runs the learner's function.  In the graded kernel the sandbox hides
@@ -527,7 +544,26 @@ _DISPATCH_EXTRA = {
     "rnn": ("_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "_cudnn_rnn", "miopen_rnn", "mkldnn_rnn_layer",
             "quantized_lstm", "quantized_gru"),
 }
-_PYTHON_SHORTCUTS = {"sdpa": (F.multi_head_attention_forward,)}
+_PYTHON_SHORTCUTS = {"sdpa": ("torch.nn.functional:multi_head_attention_forward",
+                             "torch._higher_order_ops.flex_attention:math_attention",      # round 21
+                             "torch._higher_order_ops.flex_attention:_math_attention_inner",
+                             "torch._higher_order_ops.flex_attention:sdpa_dense",
+                             "torch.ao.nn.quantizable.modules.activation:MultiheadAttention._forward_impl")}
+
+
+def _python_shortcuts(group):
+    """The functions of ``_PYTHON_SHORTCUTS[group]`` this PyTorch has (``module:qualified name``)."""
+    found = []
+    for path in _PYTHON_SHORTCUTS.get(group, ()):
+        module, _, qualname = path.partition(":")
+        try:
+            obj = importlib.import_module(module)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError):
+            continue
+        found.append(obj)
+    return found
 _GRADED_KERNEL = bool(os.environ.get(_trace.TRACE_ENV))     # read once, before any learner code
 
 
@@ -550,7 +586,7 @@ def _refuse_for_good(groups):
     for group in groups:
         if group in SHORTCUTS and group != "tfmlib":   # tfmlib is not in the graded kernel at all
             _lockdown.refuse((*SHORTCUT_POLICY[group][0], *_DISPATCH_EXTRA.get(group, ())),
-                             _PYTHON_SHORTCUTS.get(group, ()))
+                             _python_shortcuts(group))
 
 
 def call(fn, *args, forbid=("tfmlib",), allow=(), **kwargs):

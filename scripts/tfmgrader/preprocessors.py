@@ -113,7 +113,11 @@ class ScanSubmission(NbGraderPreprocessor):
 
     def preprocess(self, nb, resources):
         trusted, answers = trusted_cells(resources)
-        learner, setup, tests, graded = {}, [], [], set(self.graded_functions)
+        # The graded names: what the instructor's answer cells define, read as the kernel reads them; never the
+        # submission's own reading of its cells (round 21: a cell Python and IPython split into lines differently)
+        graded = set(self.graded_functions) | {name for source in answer_sources(resources).values()
+                                               for name in _defined_functions(source)}
+        learner, setup, tests = {}, [], []
         for i, cell in enumerate(nb.cells):
             gid = cell.metadata.get("nbgrader", {}).get("grade_id")
             if cell.cell_type != "code":
@@ -122,7 +126,6 @@ class ScanSubmission(NbGraderPreprocessor):
                 (tests if trusted[gid] else setup).append(cell.source)
             else:
                 learner[i] = cell.source
-                graded |= _defined_functions(cell.source) if gid in answers else set()
         flags = scan_cells(learner, setup, tests, graded)
         for i in sorted({f.cell for f in flags}):
             reasons = "; ".join(f.reason for f in flags if f.cell == i)
@@ -384,6 +387,18 @@ def trusted_sources(resources) -> tuple[dict[str, tuple[str, bool]], set[str]]:
     return trusted, answers
 
 
+def answer_sources(resources) -> dict[str, str]:
+    """From the gradebook: ``{grade_id: source}`` of the answer cells as the instructor released them (the
+    functions' definitions, their bodies left to the learner)."""
+    from nbgrader.api import Gradebook
+
+    nbg = resources["nbgrader"]
+    with Gradebook(nbg["db_url"]) as gb:
+        source = gb.find_notebook(nbg["notebook"], nbg["assignment"])
+        answers = {c.name for c in source.solution_cells}
+        return {c.name: c.source for c in source.source_cells if c.name in answers}
+
+
 def trusted_cells(resources) -> tuple[dict[str, bool], set[str]]:
     """``trusted_sources`` without the sources: ``({grade_id: is_test}, {answer grade_ids})``."""
     trusted, answers = trusted_sources(resources)
@@ -391,10 +406,13 @@ def trusted_cells(resources) -> tuple[dict[str, bool], set[str]]:
 
 
 def _defined_functions(src: str) -> set[str]:
+    """The functions and classes a cell defines at its top level, read as the kernel reads the cell."""
     import ast
+
+    from tfmgrader.scan import to_python
     try:
-        return {n.name for n in ast.parse(src).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-    except SyntaxError:
+        return {n.name for n in ast.parse(to_python(src)).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    except Exception:  # noqa: BLE001 - a cell that cannot be read defines nothing
         return set()
 
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tfmgrader.files import write_json
 
 
 class Status(str, enum.Enum):
@@ -101,12 +102,9 @@ class SubmissionReport:
         if unknown:
             raise ValueError(f"not fields of NotebookReport: {sorted(unknown)}")
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         data = json.loads(path.read_text()) if path.exists() else {}
         data.setdefault(notebook, {}).update(found)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, path)
+        write_json(path, data)
 
     @staticmethod
     def forget(path: Path, notebook: str) -> None:
@@ -117,9 +115,7 @@ class SubmissionReport:
         data = json.loads(path.read_text())
         if data.pop(notebook, None) is None:
             return
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, path)
+        write_json(path, data)
 
     def status(self, result: dict) -> tuple[Status, str]:
         """(status, reason) from nbgrader's ``result`` (``NbGraderAPI.autograde``) and this report."""

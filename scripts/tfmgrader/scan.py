@@ -176,6 +176,11 @@ class Flag:
 
 
 # --- turning a cell into Python ---------------------------------------------------------------------------
+#: Characters ``str.splitlines`` (IPython's reading of a cell) breaks lines at and Python's tokenizer does not (it
+#: accepts them in a comment or a string): a cell holding one is two different programs to the two readers.
+LINE_BREAKS_READ_TWO_WAYS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
 def to_python(src: str) -> str:
     """The Python the IPython kernel runs for ``src`` (magics and ``!`` become ``get_ipython()`` calls)."""
     from IPython.core.inputtransformer2 import TransformerManager
@@ -1468,6 +1473,11 @@ def scan_cells(learner: dict[int, str], setup: list[str], tests: list[str], grad
     trees: dict[int, ast.Module] = {}
     tables: dict[int, dict] = {}
     for index, src in sorted(learner.items()):
+        odd = sorted({repr(ch) for ch in src if ch in LINE_BREAKS_READ_TWO_WAYS})
+        if odd:     # round 21: IPython splits lines where Python does not, so the two read different code
+            flags.append(Flag(index, 1, f"contains the character(s) {', '.join(odd)}, which IPython reads as a line "
+                                        f"break and Python does not; the cell was withheld"))
+            continue
         try:
             python = to_python(src)
             trees[index] = ast.parse(python)
