@@ -303,3 +303,22 @@ def test_a_graded_kernel_refuses_what_a_test_forbade_for_good_on_every_thread(tm
     proc = subprocess.run([sys.executable, "-c", GRADED_KERNEL_REFUSAL], env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr[-3000:]
+
+
+def test_fused_optimizers_that_trust_their_state_are_refused_once_the_checks_are_imported():
+    """Round 20 of the blind red team replaced an optimizer's state (``momentum_buffer``, ``exp_avg``) by a 2-element
+    tensor: PyTorch's fused CPU kernels then read and wrote as many elements as the parameter has, past its end.
+    tfmcheck.lockdown refuses them at the dispatcher; the plain optimizers, which check sizes, still run."""
+    from tfmcheck import lockdown
+    p = torch.nn.Parameter(torch.zeros(64, dtype=torch.float64))
+    p.grad = torch.ones(64, dtype=torch.float64)
+    for make in (lambda: torch.optim.SGD([p], lr=1.0, momentum=0.9, fused=True),
+                 lambda: torch.optim.Adam([p], lr=0.1, fused=True), lambda: torch.optim.AdamW([p], fused=True)):
+        with pytest.raises(lockdown.Refused, match="fused=True"):
+            make().step()
+    plain = torch.optim.SGD([p], lr=1.0, momentum=0.9)
+    plain.step()
+    plain.state[p]["momentum_buffer"] = torch.zeros(2, dtype=torch.float64)
+    with pytest.raises(RuntimeError):      # the plain loop checks the state's size
+        plain.step()
+    assert torch.allclose(p.detach(), torch.full((64,), -1.0, dtype=torch.float64))

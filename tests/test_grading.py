@@ -635,6 +635,8 @@ def test_verdicts_hold_when_the_scan_is_off(tmp_path, path):
             caught += bool(flags)
         if student.endswith("attack-shortcut-called"):   # the guard refused a call: not the answer switching it off
             assert not any("switch the check" in f for f in flags), (student, flags)
+        if student.endswith("attack-exec-string"):       # the kernel's audit hook: code run from a string (round 20)
+            assert any("run code from a string (exec," in f for f in flags), (student, flags)
     # The kernel decides nothing (tfmcheck.withheld): rebinding its checks changes no verdict and is not reported;
     # tampering with the record or the audit channel, and switching the shortcut check off, are.
     assert caught >= 3, "tampering with the trace, the audit channel or the shortcut check is reported as flagged"

@@ -8,6 +8,9 @@ dispatcher, for every caller and every thread (``torch.library``), not only for 
 
     import tfmcheck.lockdown      # installs once per process (the grading kernel's start, tfmcheck.checking)
 
+PyTorch's fused optimizer kernels, which trust the sizes of the optimizer's state (round 20), are refused the same
+way, for every caller, from the start.
+
 The same mechanism takes away, in a graded kernel, the library implementations an exercise asks the learner to
 write (``refuse``): once a test has forbidden a shortcut group (``tfmcheck.checking.call``), its operators are
 refused at the dispatcher for the rest of the kernel's life, on every thread and under every transform (a thread
@@ -66,10 +69,13 @@ class Refused(RuntimeError):
     pass
 
 
-def _refused_operator(name):
+WRITE_YOUR_OWN = ("is not available while this notebook is graded: the exercise asks you to write your own (use "
+                  "basic tensor operations: matmul, softmax, sum, ...)")
+
+
+def _refused_operator(name, why=WRITE_YOUR_OWN):
     def refused(*args, **kwargs):
-        raise Refused(f"torch's {name} is not available while this notebook is graded: the exercise asks you to "
-                      f"write your own (use basic tensor operations: matmul, softmax, sum, ...)")
+        raise Refused(f"torch's {name} {why}")
     return refused
 
 
@@ -80,7 +86,7 @@ def _refused_code():
     return refused.__code__
 
 
-def refuse(operators=(), functions=()) -> None:
+def refuse(operators=(), functions=(), why: str = WRITE_YOUR_OWN) -> None:
     """For the rest of this process: every overload of the aten ``operators`` (names; those PyTorch does not have
     are skipped) raises ``Refused`` on every key of ``REFUSE_KEYS``, and every Python function of ``functions``
     (plain functions without a closure) runs code that raises instead of its own."""
@@ -97,7 +103,7 @@ def refuse(operators=(), functions=()) -> None:
                 name = op if overload == "default" else f"{op}.{overload}"
                 for key in REFUSE_KEYS:
                     try:
-                        library.impl(name, _refused_operator(op), key)
+                        library.impl(name, _refused_operator(op, why), key)
                     except RuntimeError:    # a key this operator cannot take a kernel on
                         pass
     if library is not None:
@@ -112,4 +118,13 @@ def refuse(operators=(), functions=()) -> None:
         _REFUSED.add(fn)
 
 
+#: PyTorch's fused optimizer kernels: on the CPU they walk each state tensor (``exp_avg``, ``momentum_buffer``) for as
+#: many elements as the parameter has, without checking its size; an optimizer state replaced by a shorter tensor read
+#: and wrote past it (red-team round 20).  No exercise needs them (the plain ``for``-loop optimizers check sizes).
+FUSED_OPTIMIZERS = ("_fused_adam", "_fused_adam_", "_fused_adamw", "_fused_adamw_", "_fused_sgd", "_fused_sgd_",
+                    "_fused_adagrad", "_fused_adagrad_")
+
+
 install()
+refuse(FUSED_OPTIMIZERS, why="is not available in the course's notebooks (a fused optimizer trusts the sizes of its "
+                             "state); use the optimizer without fused=True")

@@ -39,7 +39,8 @@ FORKSERVER_ENV = "TFMLIB_FORKSERVER"        # the fork server's socket, when the
 # reports, on a file descriptor it inherits (audit.log beside the sockets, which the grader reads; not
 # the kernel's stdout or stderr, which ipykernel forwards to the notebook), every attempt to open a file under the
 # watched folders (the course) outside the learner's own folder, to start a process, to use a socket or
-# to open an SQLite database.  The sandbox stops these; the hook makes sure the instructor hears of them.
+# to open an SQLite database, and code run from a string or raw memory reached through ctypes by the answer's own
+# code (round 20).  The sandbox stops the first ones; the hook makes sure the instructor hears of them all.
 AUDIT_LAUNCHER = """
 import os, platform, sys
 platform.uname().processor     # asked of 'uname' by debugpy at start-up: answered before the hook is on
@@ -55,6 +56,9 @@ def _audit(event, args, _write=os.write, _fd=_fd0, _ident=(_st0.st_dev, _st0.st_
            _own=tuple(w for w in os.environ.pop(%(own)r, '').split(os.pathsep) if w),
            _frame=sys._getframe, _modules=sys.modules, _guard=os.sep + os.path.join('tfmcheck', 'checking.py'),
            _installed=tuple({os.path.join(q, '') for p in (sys.prefix, sys.base_prefix)
+                             for q in (p, os.path.realpath(p))}),
+           _libraries=tuple({os.path.join(q, '') for p in sys.path if p and os.path.isdir(p)
+                             and os.path.realpath(p) != os.path.realpath(os.getcwd())
                              for q in (p, os.path.realpath(p))})):
     try:
         if event == 'open' and isinstance(args[0], (str, bytes)):
@@ -77,6 +81,12 @@ def _audit(event, args, _write=os.write, _fd=_fd0, _ident=(_st0.st_dev, _st0.st_
                 refusing.clear()
                 return      # CPython removing the guard's hook after it refused a shortcut: not the answer's doing
             what = 'switch the check for library shortcuts off (' + event + ')'
+        elif event in ('exec', 'compile') or event.startswith('ctypes.'):
+            caller = _frame(1).f_code.co_filename
+            if caller.endswith(_guard) or caller.startswith(_installed + _libraries) or caller.startswith('<frozen '):
+                return      # the test cells' runner, IPython running a cell, a library's own code, an import
+            what = ('run code from a string (' + event + ', in ' + caller[-80:] + ')') if event in ('exec', 'compile') \
+                else ('reach raw memory through ctypes (' + event + ', in ' + caller[-80:] + ')')
         elif event == 'sqlite3.connect' and args and str(args[0]) != ':memory:':
             what = 'opened the SQLite database ' + str(args[0])[:200]
         else:
