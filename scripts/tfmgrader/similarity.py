@@ -328,16 +328,20 @@ def unit_source(statements: list[ast.stmt], original: str | None = None) -> str:
     return "\n\n".join(parts)
 
 
+def parsed_cells(cells: list[str]):
+    """``(syntax tree, text without magics)`` of each cell that can be read (``parse_cell``)."""
+    for source in cells:
+        tree = parse_cell(source)
+        if tree is not None:
+            yield tree, "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+
+
 def cell_functions(cells: list[str]) -> dict[str, ast.FunctionDef]:
     """``{name: def}`` as running the cells in order would leave them: a later definition replaces an earlier
     one; ``alias = f`` names the function ``f`` named then (so ``_impl = f`` followed by a new ``def f`` keeps
     both).  Each node remembers its cell's text, for showing the original code."""
     defs: dict[str, ast.FunctionDef] = {}
-    for source in cells:
-        tree = parse_cell(source)
-        if tree is None:
-            continue
-        clean = "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+    for tree, clean in parsed_cells(cells):
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 node._cell_source = clean
@@ -399,11 +403,7 @@ def every_definition(cells: list[str]) -> tuple[dict[str, list[ast.AST]], dict[s
                 if isinstance(n, ast.Name):
                     yield target.id, n.id
 
-    for source in cells:
-        tree = parse_cell(source)
-        if tree is None:
-            continue
-        clean = "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+    for tree, clean in parsed_cells(cells):
         for node in ast.walk(tree):
             found = []
             if isinstance(node, ast.ClassDef):
