@@ -98,6 +98,7 @@ _lockdown = importlib.import_module("tfmcheck.lockdown")     # sparse tensors' i
 # have no profiler of the guarded call and no torch function mode: every thread started after this module is
 # imported runs ``_other_threads_profile``, which hands each event to the guard active at that moment, if any.
 _ACTIVE_GUARDS: list = []
+_GRADED_KERNEL = bool(os.environ.get(_trace.TRACE_ENV))     # the graded kernel; read once, before any learner code
 # Set just before the guard's profile hook raises ShortcutError: CPython then removes the hook itself, an event the
 # grading kernel's audit hook would otherwise report as the answer switching the check off (red-team round 18).
 _REFUSING: list = []
@@ -122,7 +123,7 @@ def _profiled(start_new_thread):
     return start
 
 
-if os.environ.get(_trace.TRACE_ENV):    # the graded kernel: before any learner code runs
+if _GRADED_KERNEL:       # before any learner code runs
     import _thread
     _thread.start_new_thread = _thread.start_new = threading._start_new_thread = \
         _profiled(_thread.start_new_thread)
@@ -564,7 +565,6 @@ def _python_shortcuts(group):
             continue
         found.append(obj)
     return found
-_GRADED_KERNEL = bool(os.environ.get(_trace.TRACE_ENV))     # read once, before any learner code
 
 
 def _no_withheld(args, kwargs):
@@ -1072,7 +1072,7 @@ def mode():
 _BASELINE = (-1, 0)
 memory_baseline()
 _MODE = None
-if os.environ.get(_trace.TRACE_ENV):
+if _GRADED_KERNEL:
     _MODE = _trace.Recorder(os.environ[_trace.TRACE_ENV])
     _SECRET = os.environ.pop(_SECRET_ENV, None)           # the grading run's secret (input_seed)
     from tfmcheck.withheld import WITHHELD
