@@ -305,6 +305,82 @@ def test_a_graded_kernel_refuses_what_a_test_forbade_for_good_on_every_thread(tm
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr[-3000:]
 
 
+KERNEL_START = r'''
+import sys, types, torch, torch.nn.functional as F
+from torch import nn
+q = torch.randn(2, 4, 3, 8)
+ran = []
+for name, use in [("sdpa", lambda: F.scaled_dot_product_attention(q, q, q)),
+                  ("math", lambda: torch.ops.aten._scaled_dot_product_attention_math(q, q, q)),
+                  ("mha", lambda: nn.MultiheadAttention(8, 2, batch_first=True)(q[0], q[0], q[0])),
+                  ("mha copy", lambda: types.FunctionType(F.multi_head_attention_forward.__code__, F.__dict__, "copy",
+                                                          F.multi_head_attention_forward.__defaults__)),
+                  ("layer_norm", lambda: F.layer_norm(q, (8,))),
+                  ("rms_norm", lambda: F.rms_norm(q, (8,))),
+                  ("rnn", lambda: nn.RNN(8, 8)(q[0]))]:
+    try:
+        out = use()
+        if name == "mha copy":          # a copy of the Python code made before any test: it is the refusing code
+            m = nn.MultiheadAttention(8, 2)
+            out(q[0], q[0], q[0], 8, 2, m.in_proj_weight, m.in_proj_bias, None, None, False, 0.0,
+                m.out_proj.weight, m.out_proj.bias)
+        ran.append(name)
+    except RuntimeError as err:
+        if "not available while this notebook is graded" not in str(err):
+            raise
+print("RAN", ran)
+'''
+
+
+ALL_RUN = ["sdpa", "math", "mha", "mha copy", "layer_norm", "rms_norm", "rnn"]
+
+
+@pytest.mark.parametrize("graded, groups, ran", [
+    (True, "tfmlib,sdpa,layer_norm,rnn", []),
+    (True, "tfmlib,sdpa,transformer", ["layer_norm", "rms_norm", "rnn"]),      # exercise 3's: the others run
+    (False, "tfmlib,sdpa,layer_norm,rnn", ALL_RUN),                             # not graded: nothing refused
+    (True, "", ALL_RUN)])                                                       # no groups given
+def test_a_graded_kernel_refuses_its_tests_shortcuts_before_any_cell_runs(tmp_path, graded, groups, ran):
+    """Issue 31: the graded kernel's launcher (``sandbox_kernel.AUDIT_LAUNCHER``) refuses PyTorch's implementations of
+    the groups the notebook's tests forbid (``REFUSE_ENV``, from its setup cell's ``SHORTCUTS``: attention, norms,
+    RNNs) before ipykernel starts: code an answer cell runs before the first test (a call, a copy of
+    nn.MultiheadAttention's Python code) meets the refusal too.  Other groups, and a kernel not graded, keep them."""
+    import os
+    import subprocess
+
+    from tfmcheck import REFUSE_ENV, TRACE_ENV
+    from tfmgrader import sandbox_kernel as sk
+    start = sk.AUDIT_LAUNCHER.split("import runpy")[0]      # the launcher up to where it hands over to ipykernel
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), sk.FD_ENV: "1", REFUSE_ENV: groups}
+    env.pop(TRACE_ENV, None)
+    if graded:
+        env[TRACE_ENV] = str(tmp_path / "trace.jsonl")
+    proc = subprocess.run([sys.executable, "-c", start + KERNEL_START], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert proc.stdout.split("RAN", 1)[1].strip() == str(ran)
+
+
+def test_the_grader_gives_the_kernel_the_groups_of_the_setup_cell(monkeypatch):
+    """The groups the launcher refuses are those of the instructor's setup cell as the gradebook holds it
+    (``preprocessors.forbidden_groups``)."""
+    import json
+    from pathlib import Path
+
+    from tfmgrader import preprocessors
+    expected = {"01_rnn_limits": ["tfmlib", "rnn"], "03_self_attention": ["tfmlib", "sdpa", "transformer"],
+                "06_encoder_decoder": ["tfmlib", "layer_norm", "transformer"], "08_scaling_laws": ["tfmlib"]}
+    for name, groups in expected.items():
+        path = Path(__file__).resolve().parents[1] / "notebooks" / name / f"{name}.ipynb"
+        trusted = {c["metadata"]["nbgrader"]["grade_id"]: ("".join(c["source"]), bool(c["metadata"]["nbgrader"].get("grade")))
+                   for c in json.loads(path.read_text())["cells"]
+                   if c["cell_type"] == "code" and c["metadata"].get("nbgrader", {}).get("locked")}
+        monkeypatch.setattr(preprocessors, "trusted_sources", lambda resources: (trusted, set()))
+        assert preprocessors.forbidden_groups({}) == groups, name
+    monkeypatch.setattr(preprocessors, "trusted_sources", lambda resources: ({"t": ("SHORTCUTS = ('sdpa',)", True)}, set()))
+    assert preprocessors.forbidden_groups({}) == [], "a test cell's SHORTCUTS is not the setup's"
+
+
 def test_fused_optimizers_that_trust_their_state_are_refused_once_the_checks_are_imported():
     """Round 20 of the blind red team replaced an optimizer's state (``momentum_buffer``, ``exp_avg``) by a 2-element
     tensor: PyTorch's fused CPU kernels then read and wrote as many elements as the parameter has, past its end.

@@ -69,3 +69,85 @@ def test_the_search_finds_reflection_done_by_library_code():
     start = {"functools.wraps": functools.wraps}
     routes = [str(r) for r in closure.explore(scan.admitted_on_any_value, depth=2, start=start).routes]
     assert any("functools.update_wrapper" in r or "functools.wraps" in r for r in routes), routes
+
+
+RAW_MEMORY = r'''
+import numpy as np, torch, warnings
+from tfmcheck import lockdown
+from tfmgrader import closure, scan
+warnings.simplefilter("ignore")
+lockdown.guard_raw_memory()                  # as the graded kernel's launcher does, before any cell
+objects = np.array([None, 1, "x", None], dtype=object)
+data = (2 ** 40 + 7).to_bytes(16, "little")
+def span(x):
+    if isinstance(x, torch.Tensor):
+        return x.data_ptr(), x.untyped_storage().nbytes(), True
+    if isinstance(x, np.ndarray):
+        return x.__array_interface__["data"][0], x.nbytes, x.flags.writeable
+    return None
+raw = {"an object array": (objects, objects.__array_interface__["data"][0], objects.nbytes),
+       "its memoryview": (objects.data, objects.__array_interface__["data"][0], objects.nbytes),
+       "bytes": (data, np.frombuffer(data, np.uint8).__array_interface__["data"][0], len(data)),
+       "a memoryview of bytes": (memoryview(data), np.frombuffer(data, np.uint8).__array_interface__["data"][0],
+                                 len(data))}
+def exposes(result, start, size, is_objects):
+    for r in (result if isinstance(result, (tuple, list)) else (result,)):
+        s = span(r)
+        if s is None or getattr(r, "dtype", None) == np.dtype(object):
+            continue
+        lo, n, writable = s
+        if lo < start + size and start < lo + max(n, 1) and (writable or is_objects):
+            return True
+    return False
+callables = {n: f for n, f in closure.roots().items() if callable(f)}
+found, tried = [], 0
+for what, (value, start, size) in raw.items():
+    calls = {n: (f, (value,)) for n, f in callables.items()}
+    calls |= {n + " dtype": (f, (value,), {"dtype": torch.int64}) for n, f in callables.items()}
+    for attr in dir(value):
+        if scan.admitted_on_any_value(attr):
+            try:
+                method = getattr(value, attr)
+            except Exception:
+                continue
+            if callable(method):
+                for arg in ((), (np.int64,), (torch.int64,), ("q",), ("B",)):
+                    calls[f"{what}.{attr}{arg}"] = (method, arg)
+            else:
+                calls[f"{what}.{attr}"] = (lambda m=method: m, ())
+    for name, (f, args, *kw) in calls.items():
+        tried += 1
+        try:
+            with closure._time_limit(2):
+                result = f(*args, **(kw[0] if kw else {}))
+        except BaseException:
+            continue
+        if exposes(result, start, size, what.startswith(("an object", "its"))):
+            found.append(f"{name} over {what}")
+print("TRIED", tried)
+print("FOUND", found)
+'''
+
+
+def test_no_listed_call_lays_a_tensor_over_raw_memory(tmp_path):
+    """Round 22 of the blind red team made a writable int64 tensor over the pointers of a NumPy array of Python objects
+    (``torch.asarray(objects.data, dtype=torch.int64)``) and forged objects through it.  With the graded kernel's
+    guard (``lockdown.guard_raw_memory``), no callable an answer may name, and no listed attribute of the raw objects
+    themselves, called on an object array, its memoryview, ``bytes`` or a memoryview of them, returns a tensor or an
+    array over that memory (writable, or reading pointers).  Without the guard, ``torch.asarray`` does."""
+    import os
+    import subprocess
+    import sys
+
+    def run(guarded: bool) -> list:
+        script = RAW_MEMORY if guarded else RAW_MEMORY.replace("lockdown.guard_raw_memory()", "pass")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600,
+                              cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert int(proc.stdout.split("TRIED", 1)[1].split()[0]) > 1000
+        return eval(proc.stdout.split("FOUND", 1)[1])  # noqa: S307 - the list the script printed
+
+    assert run(guarded=True) == []
+    unguarded = run(guarded=False)
+    assert any(f.startswith("torch.asarray") for f in unguarded), unguarded

@@ -587,11 +587,21 @@ def test_default_autograde_grades_the_whole_suite(tmp_path):
             assert flags_of(g["report"]), (student, g)
     with sqlite3.connect(tmp_path / "gradebook.db") as db:
         assert db.execute("select count(*) from grade where manual_score is not null").fetchone()[0] == 0
-    # Formgrader's flag column: what the grader flagged is flagged in the gradebook, an honest answer is not
+    # Formgrader's flag column: what the grader flagged is flagged in the gradebook, and so is a copy that copy
+    # detection found (this path compares each notebook with the course's own code: red-team round 23 pasted the
+    # worked solution and graded it here); an honest answer is not
+    from tfmgrader import verdicts
     flagged = flagged_in_gradebook(tmp_path, a)
+    found = verdicts.load(f"sqlite:///{tmp_path / 'gradebook.db'}", a)
+    copies = {s for (_, s), v in found.items() if v["similar_to"]}
     for student, e in expected.items():
         if e["expect"] in ("flag", "full"):
-            assert flagged[student] == (e["expect"] == "flag"), (student, e)
+            assert flagged[student] == (e["expect"] == "flag" or student in copies), (student, e)
+    plain = found[(a, "03c0-correct-plain")]       # the worked solution, pasted
+    assert "scaled_dot_product_attention ~ solutions/03_self_attention" in plain["similar_to"], plain
+    assert plain["status"] == "graded" and float(plain["similarity"]) >= 0.9, plain
+    honest = [s for s in expected if "correct-style-" in s]
+    assert len([s for s in honest if s not in copies]) >= len(honest) - 1, (honest, copies)
 
 
 TAMPERING = ["module-attributes", "namespace-dict", "vars", "setattr", "sys-modules", "code-object",

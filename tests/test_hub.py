@@ -33,6 +33,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from fixtures.answers import STYLES
 from hub_class import ASSIGNMENT, INSTRUCTOR, PROXY, REPO, Hub
 from conftest import require, require_browser, require_bwrap, require_root
 from test_lab import ACTIVE, Lab
@@ -86,23 +87,26 @@ def browser(hub):
 # --------------------------------------------------------------------------------------------------------------
 # The answers the students write
 # --------------------------------------------------------------------------------------------------------------
-def solution_answers() -> dict[int, str]:
-    """The solution of each answer cell (by code-cell index), as a student would type it (markers removed)."""
+def answer_cells() -> dict[str, int]:
+    """``{grade_id: code-cell index}`` of the assignment's answer cells."""
     nb = nbformat.read(REPO / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
-    return {i: re.sub(r" *### (BEGIN|END) SOLUTION\n?", "", c.source) for i, c in enumerate(code)
+    return {c.metadata["nbgrader"]["grade_id"]: i for i, c in enumerate(code)
             if c.metadata.get("nbgrader", {}).get("solution")}
 
 
 def answers_of(kind: str) -> dict[int, str]:
-    """correct: the solutions; wrong: the attention scores not divided by √d_k (the named mistake); hostile: the
-    same wrong answer with the comparisons of the checks rebound to always succeed (the scan must flag it)."""
-    answers = solution_answers()
+    """Each answer cell's code (by code-cell index).  correct: an answer of the student's own (the einsum style of
+    tests/fixtures/answers.py; the worked solution pasted would be flagged as a copy of it); wrong: the same with the
+    attention scores not divided by √d_k (the named mistake); hostile: the wrong answer with the comparisons of the
+    checks rebound to always succeed (the scan must flag it)."""
+    index = answer_cells()
+    answers = {index[gid]: src for gid, src in STYLES[ASSIGNMENT]["einsum-where"].items()}
     if kind == "correct":
         return answers
-    first = min(answers)
-    assert "/ math.sqrt(d_k)" in answers[first]
-    answers[first] = answers[first].replace("/ math.sqrt(d_k)", "")
+    first = index["sdpa"]
+    assert " * scale" in answers[first]
+    answers[first] = answers[first].replace(" * scale", "")
     if kind == "hostile":
         attack = (REPO / "tests" / "fixtures" / "attacks" / "rebind-allclose.ipy").read_text()
         answers[first] = answers[first] + "\n\n" + attack

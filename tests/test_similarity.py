@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from tfmgrader import similarity as sim  # noqa: E402
 from tfmgrader.files import write_csv  # noqa: E402
 from fixtures.disguise import KINDS, disguise  # noqa: E402
+from fixtures.answers import STYLES  # noqa: E402
 
 SDPA = '''def scaled_dot_product_attention(q, k, v, mask=None):
     """Docstring."""
@@ -337,14 +338,18 @@ STUB = "def scaled_dot_product_attention(q, k, v, mask=None):\n    return q, Non
 
 
 @pytest.mark.parametrize("hide", ["markdown", "raw", "indented", "prompts", "alias",
-                                  "if-true", "decoy-after-error", "tuple", "methods", "second-notebook"])
+                                  "if-true", "decoy-after-error", "tuple", "methods", "second-notebook",
+                                  "marked-read-only", "percent-in-string"])
 def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     """Round 15 of the blind red team pasted the worked solution where copy detection did not read it, while the
     grader ran it: answer cells saved as Markdown or raw cells (nbgrader makes them code again), every line indented
     or behind '>>> ' prompts (IPython strips both), the function bound under its name by an expression.  Round 17
     then hid it where reading the cells in order cannot say what runs: a ``def`` under ``if True:``, a decoy stub
     after a statement that raises, a tuple assignment, the bodies moved into a class's methods behind one-line
-    wrappers, a second notebook of stubs read last.  Each is found with the solution as its source."""
+    wrappers, a second notebook of stubs read last.  Round 23: the answer cells' own nbgrader metadata marked
+    read-only (copy detection trusted it, the kernel ran them), and the solution between two strings, one ending in
+    a ``%`` line, so that dropping magic lines before parsing read it as a string.  Each is found with the solution
+    as its source."""
     import nbformat
 
     a = "03_self_attention"
@@ -373,6 +378,10 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
         elif hide == "tuple" and "def scaled_dot_product_attention(" in source:
             source = source.replace("def scaled_dot_product_attention(", "def _attend(") + \
                 "\n" + STUB + "scaled_dot_product_attention, _unused = _attend, 0\n"
+        elif hide == "marked-read-only":
+            cell.metadata["nbgrader"].update(locked=True, solution=False, grade=False)
+        elif hide == "percent-in-string":
+            source = "_note = \'\'\'answer\n%\'\'\'\n" + source + "\n_end = \'\'\'\n\'\'\'\n_x = 0  # \'\'\'\n"
         elif hide == "methods" and "def scaled_dot_product_attention(" in source:
             body = source.replace("def scaled_dot_product_attention(q, k, v, mask=None):",
                                   "def attend(self, q, k, v, mask=None):")
@@ -386,8 +395,23 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     if hide == "second-notebook":
         nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(STUB)]), folder / "zz_scratch.ipynb")
     notebooks, graded, refs = sim.references(ROOT, a)
-    units = sim.submission_units("student", folder, graded)
+    units = sim.submission_units("student", folder, graded, sim.instructor_cells(notebooks))
     assert "scaled_dot_product_attention" in units, (hide, sorted(units))
     analysis = sim.analyse({"student": units}, refs, graded, sim.release_cells(notebooks))
     match = analysis.matches[("student", "scaled_dot_product_attention")]
     assert match.flagged and match.source.kind == "solution", (hide, match.similarity)
+
+
+def test_a_scored_notebook_whose_graded_functions_copy_detection_cannot_read_is_flagged():
+    """Copy detection reads the code the kernel runs; a notebook that scores with none of its graded functions found
+    hid them from it (red-team round 23 did, twice): fail closed, the submission is flagged for review."""
+    from tfmgrader.class_report import UNREAD, copy_suspicions
+
+    a = "03_self_attention"
+    notebooks, graded, refs = sim.references(ROOT, a)
+    own = STYLES[a]["einsum-where"]
+    units = {"honest": sim.cell_units("honest", list(own.values()), list(own.values()), graded), "hidden": {}}
+    analysis = sim.analyse(units, refs, graded, sim.release_cells(notebooks))
+    found = copy_suspicions(analysis, ["honest", "hidden", "blank"], scored=["honest", "hidden"])
+    assert found["hidden"]["similar_to"] == UNREAD
+    assert found["honest"]["similar_to"] == "" and found["blank"]["similar_to"] == "", found

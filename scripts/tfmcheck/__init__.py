@@ -16,3 +16,6 @@ TRACE_NAME = ".tfmlib-grading-trace.jsonl"
 # The secret the grader draws for each notebook it grades, from which the tests' random inputs are derived
 # (``checking.input_seed``); the kernel reads it at import and removes it from its environment.
 SECRET_ENV = "TFMLIB_GRADING_SECRET"
+# The shortcut groups the notebook's tests forbid (its setup cell's ``SHORTCUTS``, read by the grader from the
+# gradebook), comma-separated: the graded kernel's launcher refuses them before any cell runs (``shortcuts.refuse``).
+REFUSE_ENV = "TFMLIB_GRADING_REFUSE"

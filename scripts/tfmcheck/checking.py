@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tfmcheck import SECRET_ENV as _SECRET_ENV
+from tfmcheck import shortcuts as _shortcuts
 from tfmcheck import trace as _trace
 from tfmcheck.standins import standing_in as _standing_in
 from tfmcheck.trace import RandomStateKept as _RandomStateKept, _flatten
@@ -130,9 +131,11 @@ if _GRADED_KERNEL:       # before any learner code runs
 
 # The "tfmlib" shortcut group: every function of the course's code a learner could call instead of writing their
 # own: the teaching library, and this package's trusted builders (the feedback catalogue computes correct
-# attention too), except this module, which runs the learner's function.  In the graded kernel the sandbox hides
-# tfmlib altogether (tfmcheck.withheld), so only this package's folder is left to watch there.
+# attention too), except this module, which runs the learner's function, and tfmcheck.lockdown, whose refusals and
+# checked constructors (torch.asarray in a graded kernel) an answer calls in PyTorch's place.  In the graded kernel
+# the sandbox hides tfmlib altogether (tfmcheck.withheld), so only this package's folder is left to watch there.
 _THIS_FILE = os.path.abspath(__file__)
+_GUARD_FILES = (_THIS_FILE, os.path.abspath(_lockdown.__file__))
 
 
 def _library_dir():
@@ -347,35 +350,9 @@ def _code(f):
     return getattr(f, "__code__", None)
 
 
-#: The library shortcuts, listed once for both checks: group name -> (names of PyTorch built-ins and aten
-#: ops that must not be called, dotted names of the Python functions and classes that implement what the
-#: exercises ask for).  This module forbids calling them while a learner's function runs (``SHORTCUTS``
-#: below); the grader's scan (``scripts/tfmgrader/scan.py``) refuses every one of these names in an answer.
-#: Built-ins are matched by name (``torch.layer_norm``, ``torch._C._nn.scaled_dot_product_attention`` and
-#: aten ops called through ``torch.ops`` alike); Python functions by their code object, and a class by the
-#: code of every function it defines (constructing it counts as calling it).
-SHORTCUT_POLICY = {
-    "sdpa": ({"scaled_dot_product_attention", "_scaled_dot_product_attention_math",
-              "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
-              "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-              "_scaled_dot_product_fused_attention_overrideable", "_flash_attention_forward",
-              "_efficient_attention_forward", "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
-              "flex_attention"},
-             ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.multi_head_attention_forward",
-              "torch.nn.MultiheadAttention")),
-    "layer_norm": ({"layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "batch_norm",
-                    "native_batch_norm", "_batch_norm_impl_index", "instance_norm", "rms_norm", "_fused_rms_norm"},
-                   ("torch.nn.functional.layer_norm", "torch.nn.functional.group_norm",
-                    "torch.nn.functional.batch_norm", "torch.nn.functional.instance_norm",
-                    "torch.nn.functional.rms_norm", "torch.nn.LayerNorm", "torch.nn.GroupNorm", "torch.nn.RMSNorm")),
-    "rnn": ({"rnn_tanh", "rnn_tanh_cell", "rnn_relu", "rnn_relu_cell", "gru", "gru_cell", "lstm", "lstm_cell"},
-            ("torch.nn.RNN", "torch.nn.RNNCell", "torch.nn.GRU", "torch.nn.GRUCell", "torch.nn.LSTM",
-             "torch.nn.LSTMCell")),
-    "transformer": (set(), ("torch.nn.Transformer", "torch.nn.TransformerEncoder", "torch.nn.TransformerDecoder",
-                            "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer")),
-    # every function defined in the teaching library (tfmlib) and in tfmcheck, except this module
-    "tfmlib": (set(), ()),
-}
+#: The library shortcuts (group -> aten names, dotted Python names): ``tfmcheck.shortcuts``, which the graded kernel's
+#: launcher refuses before any cell runs and the grader's scan reads too.
+SHORTCUT_POLICY = _shortcuts.SHORTCUT_POLICY
 
 
 def resolve_dotted(path):
@@ -480,7 +457,7 @@ class forbid_shortcuts(contextlib.ContextDecorator):
                 return
             if code in self.codes:
                 label = _LABELS.get(code, code.co_name)
-            elif self.tfmlib and code.co_filename.startswith(_COURSE_DIRS) and code.co_filename != _THIS_FILE:
+            elif self.tfmlib and code.co_filename.startswith(_COURSE_DIRS) and code.co_filename not in _GUARD_FILES:
                 owner = "tfmlib" if _TFMLIB_DIR and code.co_filename.startswith(_TFMLIB_DIR) else "tfmcheck"
                 label = f"{owner}'s {code.co_name} ({os.path.basename(code.co_filename)})"
             elif code in _OP_CALL_CODES:
@@ -533,40 +510,6 @@ class forbid_shortcuts(contextlib.ContextDecorator):
         return False
 
 
-#: What the graded kernel refuses for good once a test has forbidden a group (``_refuse_for_good``): the group's
-#: aten operators (``SHORTCUT_POLICY``) and these relatives of theirs, and the Python entry points that compute the
-#: same with basic operators (nn.MultiheadAttention's forward with ``need_weights=True``).
-_DISPATCH_EXTRA = {
-    "sdpa": ("_scaled_dot_product_attention_math_for_mps", "_flash_attention_forward_no_dropout_inplace"),
-    "layer_norm": ("_native_batch_norm_legit", "_native_batch_norm_legit_functional",
-                   "_native_batch_norm_legit_no_training", "_batch_norm_with_update",
-                   "_batch_norm_with_update_functional", "_batch_norm_no_update", "cudnn_batch_norm",
-                   "miopen_batch_norm"),
-    "rnn": ("_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "_cudnn_rnn", "miopen_rnn", "mkldnn_rnn_layer",
-            "quantized_lstm", "quantized_gru"),
-}
-_PYTHON_SHORTCUTS = {"sdpa": ("torch.nn.functional:multi_head_attention_forward",
-                             "torch._higher_order_ops.flex_attention:math_attention",      # round 21
-                             "torch._higher_order_ops.flex_attention:_math_attention_inner",
-                             "torch._higher_order_ops.flex_attention:sdpa_dense",
-                             "torch.ao.nn.quantizable.modules.activation:MultiheadAttention._forward_impl")}
-
-
-def _python_shortcuts(group):
-    """The functions of ``_PYTHON_SHORTCUTS[group]`` this PyTorch has (``module:qualified name``)."""
-    found = []
-    for path in _PYTHON_SHORTCUTS.get(group, ()):
-        module, _, qualname = path.partition(":")
-        try:
-            obj = importlib.import_module(module)
-            for part in qualname.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError):
-            continue
-        found.append(obj)
-    return found
-
-
 def _no_withheld(args, kwargs):
     """In the graded kernel: a test cell that hands one of ``check.ref``'s results to the learner's function would
     record the function on an inert value (``tfmcheck.withheld``), not on the inputs the replay checks; the course's
@@ -578,15 +521,12 @@ def _no_withheld(args, kwargs):
 
 def _refuse_for_good(groups):
     """In the graded kernel only: the shortcuts of ``groups`` stop working in this process, for every thread and
-    caller, from now on (``tfmcheck.lockdown.refuse``).  The guard of ``forbid_shortcuts`` covers the learner's
-    call; this covers whatever the learner's code left running, or runs, outside it.  The tests' references to
-    them are withheld there (the bottom of this module), and the verdicts come from the grader's replay."""
-    if not _GRADED_KERNEL:
-        return
-    for group in groups:
-        if group in SHORTCUTS and group != "tfmlib":   # tfmlib is not in the graded kernel at all
-            _lockdown.refuse((*SHORTCUT_POLICY[group][0], *_DISPATCH_EXTRA.get(group, ())),
-                             _python_shortcuts(group))
+    caller, from now on (``tfmcheck.shortcuts.refuse``).  The kernel's launcher has already refused every group
+    before any cell ran; this keeps a test's ``forbid`` true wherever else the checks run graded.  The guard of
+    ``forbid_shortcuts`` covers the learner's call; the tests' references to the shortcuts are withheld there (the
+    bottom of this module), and the verdicts come from the grader's replay."""
+    if _GRADED_KERNEL:
+        _shortcuts.refuse(groups)
 
 
 def call(fn, *args, forbid=("tfmlib",), allow=(), **kwargs):

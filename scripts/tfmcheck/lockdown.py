@@ -21,6 +21,8 @@ reached in the grader's process, where nothing is refused.
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 
 #: aten operators that hand out, or resize, a sparse tensor's internal tensors.
@@ -128,3 +130,54 @@ FUSED_OPTIMIZERS = ("_fused_adam", "_fused_adam_", "_fused_adamw", "_fused_adamw
 install()
 refuse(FUSED_OPTIMIZERS, why="is not available in the course's notebooks (a fused optimizer trusts the sizes of its "
                              "state); use the optimizer without fused=True")
+
+
+# --- raw memory ------------------------------------------------------------------------------------------------
+#: Round 22 of the blind red team read and wrote a NumPy array of Python objects as 64-bit integers:
+#: ``torch.asarray(objects.data, dtype=torch.int64)`` shares the memory of any object with a buffer (a memoryview of
+#: the array's pointers, ``bytes``) whatever its format, writable even when the buffer is read-only.  Planting
+#: pointers there forged objects, and from them anything in the process.  In a graded kernel the constructors that
+#: can share memory (``guard_raw_memory``) take tensors, numbers, sequences and NumPy arrays of numbers only.
+SHARING_CONSTRUCTORS = ("asarray", "as_tensor", "frombuffer")
+#: The audit event a refusal raises: the graded kernel's audit hook reports it, and the submission is flagged.
+RAW_MEMORY_EVENT = "tfmcheck.raw_memory"
+
+
+def raw_memory(obj) -> bool:
+    """Whether ``obj`` would hand over memory that is not a tensor's or a numeric array's: an object with a buffer
+    (``bytes``, ``bytearray``, ``memoryview``, ``array.array``) or a NumPy array or scalar of Python objects."""
+    import numpy
+
+    if isinstance(obj, torch.Tensor) or type(obj) in (int, float, complex, bool, list, tuple):
+        return False
+    if isinstance(obj, (numpy.ndarray, numpy.generic)):
+        return obj.dtype.hasobject
+    try:
+        memoryview(obj).release()
+    except TypeError:
+        return False
+    return True
+
+
+def _sharing_refused(name, constructor):
+    def constructor_(obj, *args, **kwargs):
+        if name == "frombuffer" or raw_memory(obj):
+            sys.audit(RAW_MEMORY_EVENT, f"torch.{name} of {type(obj).__name__}")    # the grader flags it
+            raise Refused(f"torch.{name} of {type(obj).__name__} is not available while this notebook is graded (it "
+                          "would share raw memory); build tensors from numbers, lists, tensors or NumPy arrays of "
+                          "numbers")
+        return constructor(obj, *args, **kwargs)
+    constructor_.__name__ = constructor_.__qualname__ = name
+    constructor_.__doc__ = constructor.__doc__
+    return constructor_
+
+
+def guard_raw_memory() -> None:
+    """For the rest of this process (a graded kernel, before any cell runs): ``torch.asarray`` and its relatives refuse
+    raw memory (``raw_memory``).  ``numpy.ndarray`` (which lays an array over a buffer) is a type the scan lets an
+    answer test against only, and ``numpy.frombuffer`` is refused by the scan."""
+    for name in SHARING_CONSTRUCTORS:
+        constructor = getattr(torch, name, None)
+        if constructor is not None and getattr(constructor, "__name__", "") == name and name not in _REFUSED:
+            setattr(torch, name, _sharing_refused(name, constructor))
+            _REFUSED.add(name)

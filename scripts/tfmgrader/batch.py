@@ -130,6 +130,7 @@ def worker_api(patient: bool = False):
     if key not in _WORKER:
         config = load_config(Path(_WORKER["course"]), _WORKER["extra_config"], _WORKER["db_url"])
         config.RecordVerdict.write_report = False   # grade_one writes the report, with how the run went
+        config.RecordVerdict.copy_detection = False  # the class report compares the whole class (class_report.py)
         if patient:
             for name in ("timeout", "startup_timeout", "iopub_timeout"):
                 value = config.SandboxedExecute.get(name)

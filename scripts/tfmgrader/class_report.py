@@ -28,10 +28,20 @@ def add_columns(grades: Path, analysis) -> None:
     write_csv(grades, rows)
 
 
-def copy_suspicions(analysis, students: list[str]) -> dict[str, dict[str, str]]:
+#: What a submission that scored with none of its graded functions readable is flagged with: copy detection reads
+#: the code the kernel runs, so an answer it cannot find was hidden from it (red-team round 23).
+UNREAD = "copy detection found none of the graded functions, yet the notebook scored"
+
+
+def copy_suspicions(analysis, students: list[str], scored=()) -> dict[str, dict[str, str]]:
     """``{student: {"similar_to": ..., "similarity": ...}}``: each graded function copy detection flagged, with
-    its closest source, and the highest similarity ('' for a student with none flagged)."""
+    its closest source, and the highest similarity ('' for a student with none flagged); a student of ``scored``
+    (points above zero) whose graded functions it found none of: ``UNREAD``."""
     out = {s: {"similar_to": "", "similarity": ""} for s in students}
+    read = {student for student, _ in analysis.matches}
+    for s in scored:
+        if s in out and s not in read:
+            out[s] = {"similar_to": UNREAD, "similarity": ""}
     for (student, function), m in sorted(analysis.matches.items()):
         if m.flagged and student in out:
             entry = out[student]
@@ -39,6 +49,15 @@ def copy_suspicions(analysis, students: list[str]) -> dict[str, dict[str, str]]:
             entry["similar_to"] = f"{entry['similar_to']}; {label}" if entry["similar_to"] else label
             entry["similarity"] = f"{max(float(entry['similarity'] or 0), m.similarity):.2f}"
     return out
+
+
+def scored(grades: Path) -> list[str]:
+    """The students of ``grades.csv`` with points above zero."""
+    try:
+        with open(grades, newline="") as f:
+            return [r["student_id"] for r in csv.DictReader(f) if float(r.get("score") or 0) > 0]
+    except (OSError, ValueError, KeyError):
+        return []
 
 
 def save_suspicions(db_url: str, assignment: str, suspicions: dict[str, dict[str, str]]) -> None:
@@ -65,7 +84,7 @@ def write_class_reports(course: Path, assignment: str, out: Path, students: list
         traceback.print_exc()
     if analysis is not None and db_url:
         try:
-            save_suspicions(db_url, assignment, copy_suspicions(analysis, students))
+            save_suspicions(db_url, assignment, copy_suspicions(analysis, students, scored(out / "grades.csv")))
         except Exception as err:  # noqa: BLE001
             print(f"could not save the copy suspicions in the gradebook ({type(err).__name__}: {err})")
             traceback.print_exc()

@@ -64,7 +64,8 @@ def preload() -> list[str]:
     import platform
     platform.uname().processor      # asked of 'uname' by debugpy; answered here, before any audit hook
     failed = []
-    for name in ("torch", "torch.nn.functional", "numpy", "tfmcheck.trace", "tfmcheck.lockdown", "IPython",
+    for name in ("torch", "torch.nn.functional", "numpy", "tfmcheck.trace", "tfmcheck.lockdown", "tfmcheck.shortcuts",
+                 "torch._higher_order_ops.flex_attention", "torch.ao.nn.quantizable.modules.activation", "IPython",
                  "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "ipykernel_launcher"):
         try:
             __import__(name)

@@ -39,7 +39,7 @@ from nbgrader.preprocessors import ClearHiddenTests, Execute, NbGraderPreprocess
 from nbgrader.utils import is_grade, is_locked, is_solution
 from traitlets import Bool, Float, Integer, List, Unicode
 
-from tfmcheck import SECRET_ENV, TRACE_NAME
+from tfmcheck import REFUSE_ENV, SECRET_ENV, TRACE_NAME
 from tfmgrader.forkserver import ForkServer, ForkServerError, enabled as forkserver_enabled
 from tfmgrader.kernelspec import KERNEL_NAME, write_kernelspec
 from tfmgrader.library_view import VIEW_ENV, exported_view
@@ -387,6 +387,32 @@ def trusted_sources(resources) -> tuple[dict[str, tuple[str, bool]], set[str]]:
     return trusted, answers
 
 
+def forbidden_groups(resources) -> list[str]:
+    """The shortcut groups the notebook's tests forbid: ``SHORTCUTS = (...)`` in the instructor's read-only cells,
+    as the gradebook holds them (every exercise's setup cell); none for a notebook without one or no gradebook."""
+    import ast
+
+    from tfmgrader.scan import to_python
+    try:
+        trusted, _ = trusted_sources(resources)
+    except Exception:  # noqa: BLE001 - no gradebook entry: the tests' own refusals still apply when they run
+        return []
+    for source, is_test in trusted.values():
+        try:
+            tree = ast.parse(to_python(source))
+        except Exception:  # noqa: BLE001 - the instructor's cell does not parse: it names no groups
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SHORTCUTS"
+                                                    for t in node.targets) and not is_test:
+                try:
+                    value = ast.literal_eval(node.value)
+                except ValueError:
+                    continue
+                return [g for g in (value if isinstance(value, (tuple, list)) else ()) if isinstance(g, str)]
+    return []
+
+
 def answer_sources(resources) -> dict[str, str]:
     """From the gradebook: ``{grade_id: source}`` of the answer cells as the instructor released them (the
     functions' definitions, their bodies left to the learner)."""
@@ -466,6 +492,9 @@ class SandboxedExecute(Execute):
         # The tests' random inputs come from a secret drawn now, for this notebook (checking.input_seed): given to
         # the kernel through its environment and to the replay (VerifyOutside) through the resources.
         env[SECRET_ENV] = secret = secrets.token_hex(16)
+        # PyTorch's implementations of what the tests forbid are refused in the kernel before any cell runs
+        # (tfmcheck.shortcuts): no answer cell runs, copies or captures them before the first test (#31).
+        env[REFUSE_ENV] = ",".join(forbidden_groups(resources or {}))
         record(self.report_directory, resources, inputs_secret=hashlib.sha256(secret.encode()).hexdigest()[:12])
         self._server = self._fork_server(env[WATCH_ENV], env[OWNER_ENV]) if sandboxed else None
         if self._server is not None:    # a kernel forked from this process's warm server (forkserver.py)

@@ -26,7 +26,7 @@ import stat
 import sys
 from pathlib import Path
 
-from tfmcheck import SECRET_ENV, TRACE_ENV, TRACE_NAME
+from tfmcheck import REFUSE_ENV, SECRET_ENV, TRACE_ENV, TRACE_NAME
 from tfmgrader.library_view import grader_view, library_folder, library_folders
 from tfmgrader.lifetime import die_with_grader
 from tfmgrader.limits import limit
@@ -46,6 +46,11 @@ import os, platform, sys
 platform.uname().processor     # asked of 'uname' by debugpy at start-up: answered before the hook is on
 try:
     import tfmcheck.lockdown   # sparse tensors' internals refused for every thread, before any cell runs
+    _groups = [g for g in os.environ.pop(%(refuse)r, '').split(',') if g]
+    if os.environ.get(%(trace)r):      # graded, from the start: no raw memory, nor the implementations its tests forbid
+        tfmcheck.lockdown.guard_raw_memory()
+        import tfmcheck.shortcuts
+        tfmcheck.shortcuts.refuse(_groups)
 except ImportError:
     pass                       # no tfmcheck in this environment: the setup cell meets and reports it
 _fd0 = int(os.environ.pop(%(fd)r, '2'))
@@ -87,6 +92,8 @@ def _audit(event, args, _write=os.write, _fd=_fd0, _ident=(_st0.st_dev, _st0.st_
                 return      # the test cells' runner, IPython running a cell, a library's own code, an import
             what = ('run code from a string (' + event + ', in ' + caller[-80:] + ')') if event in ('exec', 'compile') \
                 else ('reach raw memory through ctypes (' + event + ', in ' + caller[-80:] + ')')
+        elif event == 'tfmcheck.raw_memory':     # tfmcheck.lockdown.guard_raw_memory refused a call (round 22)
+            what = 'reach raw memory (' + str(args[0])[:120] + ')'
         elif event == 'sqlite3.connect' and args and str(args[0]) != ':memory:':
             what = 'opened the SQLite database ' + str(args[0])[:200]
         else:
@@ -105,7 +112,8 @@ del _audit, _fd0, _st0
 import runpy
 sys.argv[0] = 'ipykernel_launcher'
 runpy.run_module('ipykernel_launcher', run_name='__main__', alter_sys=True)
-""" % {"mark": AUDIT_MARK, "watch": WATCH_ENV, "own": OWN_ENV, "fd": FD_ENV}
+""" % {"mark": AUDIT_MARK, "watch": WATCH_ENV, "own": OWN_ENV, "fd": FD_ENV, "trace": TRACE_ENV,
+       "refuse": REFUSE_ENV}
 
 #: The kernel's IPython: no history file; no automagic and no autocall, which would run a line the scan reads as
 #: Python (``run -m operator``, ``f [1]``) as a magic or a call; no output cache (``_5``: what cell 5 displayed)
@@ -202,9 +210,10 @@ def base_env() -> dict[str, str]:
 
 
 def kernel_env(workdir: str, audit_fd: int) -> dict[str, str]:
-    """The kernel's environment: ``base_env``, where it records results and reports what it opens, and the
-    secret its tests' inputs come from (``SECRET_ENV``, drawn by ``SandboxedExecute``; without it they fail)."""
-    secret = {SECRET_ENV: os.environ[SECRET_ENV]} if os.environ.get(SECRET_ENV) else {}
+    """The kernel's environment: ``base_env``, where it records results and reports what it opens, the secret its
+    tests' inputs come from (``SECRET_ENV``, drawn by ``SandboxedExecute``; without it they fail) and the shortcut
+    groups its launcher refuses before any cell runs (``REFUSE_ENV``)."""
+    secret = {name: os.environ[name] for name in (SECRET_ENV, REFUSE_ENV) if os.environ.get(name)}
     return {**base_env(),
             TRACE_ENV: os.path.join(workdir, TRACE_NAME),   # tfmcheck.checking records the learner's results here
             OWN_ENV: own_folders(workdir), FD_ENV: str(audit_fd), **secret}

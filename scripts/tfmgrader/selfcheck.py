@@ -293,6 +293,7 @@ def checking_config(config, work: Path, course: Path | None = None):
     if course is not None:
         config.SandboxedExecute.watch_also = [str(course)]
     config.Autograde.pre_convert_hook = None
+    config.RecordVerdict.copy_detection = False     # the worked solution is the solution
     for name in ("StripForgedMetadata", "ScanSubmission", "SandboxedExecute", "VerifyOutside", "SetupCheck"):
         config[name].report_directory = str(work / "reports")
     return config

@@ -236,14 +236,10 @@ def tokens(text: str) -> list[tuple[str, int, int]]:
 # --- units: a function and the helpers it calls ---------------------------------------------------------------
 
 def parse_cell(source: str) -> ast.Module | None:
-    """The cell's syntax tree; IPython magics and shell lines are left out; None when it does not parse.  A cell
-    that plain Python cannot read but the kernel runs (indented, or behind ``>>>`` prompts, which IPython's input
-    transformer strips: round 15) is read as the kernel reads it."""
-    lines = [ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))]
-    try:
-        return ast.parse("\n".join(lines))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        pass
+    """The cell's syntax tree as the kernel reads it (IPython's input transformer first: magics and shell lines
+    become ``get_ipython()`` calls, indented code and ``>>>`` prompts are read as IPython reads them); None when
+    the kernel could not run it either.  One reading only: a second one, tried first, read a cell whose ``%`` line
+    sits inside a string as a string (red-team round 23)."""
     try:
         from IPython.core.inputtransformer2 import TransformerManager
 
@@ -501,20 +497,40 @@ def alternate_units(label: str, cells: list[str], graded: list[str], main: dict[
 
 # --- the sources: tfmlib, solutions/, the site -------------------------------------------------------------
 
-def notebook_cells(path: Path, learner_only: bool = False) -> list[str]:
-    """The code cells' sources; ``learner_only``: the answer cells and cells the learner added, not the
-    read-only and test cells."""
+def notebook_cells(path: Path, learner_only: bool = False, instructor: set[str] | None = None) -> list[str]:
+    """The code cells' sources.  ``learner_only``: the instructor's own notebook's answer cells (its metadata is
+    the instructor's).  ``instructor`` (a submission, ``instructor_cells``): every cell whose text is not one of the
+    instructor's, whatever its type or nbgrader metadata says (the learner wrote both: round 23 marked its answer
+    cells read-only and copy detection skipped them while the kernel ran them); a Markdown or raw cell counts too,
+    since nbgrader makes an answer cell saved as one code again (round 15), and prose is not Python."""
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
     out = []
     for cell in nb.cells:
+        if instructor is not None:
+            if cell.source not in instructor:
+                out.append(cell.source)
+            continue
         meta = cell.metadata.get("nbgrader", {})
         if cell.cell_type != "code" and not meta.get("solution"):
-            continue        # an answer cell saved as Markdown or raw is code again when graded (round 15)
+            continue
         if learner_only and (meta.get("grade") or meta.get("locked")) and not meta.get("solution"):
             continue
         out.append(cell.source)
+    return out
+
+
+def instructor_cells(solution_notebooks: list[Path]) -> set[str]:
+    """The text of every cell of the instructor's notebooks outside the answer cells (setup, tests, prose): the
+    cells of a submission that are not the learner's writing."""
+    import nbformat
+
+    out = set()
+    for path in solution_notebooks:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if not cell.metadata.get("nbgrader", {}).get("solution"):
+                out.add(cell.source)
     return out
 
 
@@ -873,19 +889,26 @@ def analyse(students: dict[str, dict[str, Unit]], refs: list[Unit], graded: list
     return Analysis(matches, graded, refs)
 
 
-def submission_units(student: str, folder: Path, graded: list[str]) -> dict[str, Unit]:
-    """The graded functions one submission defines (its notebooks' answer cells and cells it added)."""
+def submission_units(student: str, folder: Path, graded: list[str], instructor: set[str]) -> dict[str, Unit]:
+    """The graded functions one submission defines: every cell of its notebooks that is not the instructor's
+    (``instructor``: ``instructor_cells``)."""
     cells, graded_cells = [], []
     for path in sorted(folder.glob("*.ipynb")):
         try:
-            these = notebook_cells(path, learner_only=True)
+            these = notebook_cells(path, instructor=instructor)
         except Exception:  # noqa: BLE001 - an unreadable notebook has no functions to compare
             continue
         cells += these
         if path.name == f"{folder.name}.ipynb":     # the notebook the grader runs (round 17: another one read last)
             graded_cells += these
+    return cell_units(student, cells, graded_cells or cells, graded)
+
+
+def cell_units(student: str, cells: list[str], graded_cells: list[str], graded: list[str]) -> dict[str, Unit]:
+    """The graded functions ``graded_cells`` leave defined (the main unit of each), every other definition of them
+    in ``cells`` as its alternates."""
     try:
-        units = function_units(student, "student", graded_cells or cells, graded)
+        units = function_units(student, "student", graded_cells, graded)
         for name, alternates in alternate_units(student, cells, graded, units).items():
             if name in units:
                 units[name].alternates = alternates
@@ -900,8 +923,28 @@ def submission_units(student: str, folder: Path, graded: list[str]) -> dict[str,
 def analyse_class(course: Path, assignment: str, students: list[str], submitted: Path,
                   source_dir: str = "solutions") -> Analysis:
     notebooks, graded, refs = references(course, assignment, source_dir=source_dir)
-    units = {s: submission_units(s, submitted / s / assignment, graded) for s in students}
+    instructor = instructor_cells(notebooks)
+    units = {s: submission_units(s, submitted / s / assignment, graded, instructor) for s in students}
     return analyse(units, refs, graded, release_cells(notebooks))
+
+
+_COURSE_REFERENCES: dict = {}     # (course, assignment, source_dir) -> what against_course compares with
+
+
+def against_course(course: Path, assignment: str, student: str, cells: list[str],
+                   source_dir: str = "solutions") -> Analysis:
+    """One submission (the text of its notebook's cells, as graded) compared with the course's own code only:
+    tfmlib, the worked solutions and the site.  What plain ``nbgrader autograde`` does for each notebook it
+    grades (``verdicts.RecordVerdict``), so that a pasted solution is flagged on that path too (red-team round
+    23); ``scripts/grade.py`` compares the whole class, classmates included (``analyse_class``).  The references
+    are read once per process."""
+    key = (str(course), assignment, source_dir)
+    if key not in _COURSE_REFERENCES:
+        notebooks, graded, refs = references(course, assignment, source_dir=source_dir)
+        _COURSE_REFERENCES[key] = (graded, refs, release_cells(notebooks), instructor_cells(notebooks))
+    graded, refs, boilerplate, instructor = _COURSE_REFERENCES[key]
+    mine = [c for c in cells if c not in instructor]
+    return analyse({student: cell_units(student, mine, mine, graded)}, refs, graded, boilerplate)
 
 
 # --- output: grades.csv columns, similarity.csv, similarity.html ----------------------------------------------

@@ -177,6 +177,9 @@ class RecordVerdict(NbGraderPreprocessor):
     report_directory = Unicode("", help="Where the grading reports go.").tag(config=True)
     write_report = Bool(True, help="Write the instructor's report of the submission (scripts/grade.py writes its "
                                    "own).").tag(config=True)
+    copy_detection = Bool(True, help="Compare the submission's graded functions with the course's own code "
+                                     "(tfmlib, the worked solutions, the site) and keep what is flagged in the verdict "
+                                     "(scripts/grade.py compares the whole class instead).").tag(config=True)
 
     def preprocess(self, nb, resources):
         from pathlib import Path
@@ -199,6 +202,8 @@ class RecordVerdict(NbGraderPreprocessor):
         except Exception as err:  # noqa: BLE001 - the grade stands; the batch saves the verdict again
             self.log.warning("could not save the grader's verdict of %s/%s: %s", student, assignment, err)
         path = Path(resources.get("metadata", {}).get("path") or "").resolve()
+        if self.copy_detection and len(path.parents) > 2:      # <course>/submitted/<student>/<assignment>
+            self._copy_detection(nb, path.parents[2], db_url, assignment, student)
         if self.write_report and len(path.parents) > 2:      # <course>/autograded/<student>/<assignment>
             from tfmgrader import report
 
@@ -210,3 +215,21 @@ class RecordVerdict(NbGraderPreprocessor):
             except Exception as err:  # noqa: BLE001 - the grade stands without its report
                 self.log.warning("could not write the report of %s/%s: %s", student, assignment, err)
         return nb, resources
+
+    def _copy_detection(self, nb, course, db_url: str, assignment: str, student: str) -> None:
+        """The notebook's cells as the kernel ran them, compared with the course's code
+        (``similarity.against_course``); a flagged function and its source saved in the verdict, which flags the
+        submission."""
+        from tfmgrader import similarity
+        from tfmgrader.class_report import copy_suspicions
+
+        try:
+            source_dir = self.config.CourseDirectory.get("source_directory") or "source"
+            analysis = similarity.against_course(course, assignment, student, [c.source for c in nb.cells],
+                                                 source_dir)
+            from tfmgrader.report import gradebook_scores
+            points = gradebook_scores(db_url, assignment, student)[0]
+            save(db_url, assignment, student,
+                 **copy_suspicions(analysis, [student], [student] if points and points > 0 else [])[student])
+        except Exception as err:  # noqa: BLE001 - the grade stands; the instructor's log says what failed
+            self.log.warning("copy detection failed for %s/%s: %s", student, assignment, err)
