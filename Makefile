@@ -46,6 +46,7 @@ book: $(STAMP)
 ## whole files per process, so a file's module fixtures are built once), the longest files first
 ## (tests/conftest.py, LONGEST_FIRST), so that both cores stay busy to the end.
 test: $(STAMP)
+	$(BIN)/ruff check .
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=40
 
 ## test-fast: the library's tests only (seconds)

@@ -41,7 +41,8 @@ c.LimitOutput.max_traceback = 60
 
 # Autograding (plain `nbgrader autograde` and formgrader's Autograde button) always uses the course's
 # hardened pipeline: learners' code is scanned, runs in a bubblewrap sandbox, and every test's verdict is
-# reached again outside the learner's process (the tfmgrader package: scripts/tfmgrader/hardened.py, book/appendix/grading.md).
+# reached again outside the learner's process (the tfmgrader package: scripts/tfmgrader/hardened.py,
+# book/appendix/grading.md).
 # Without bubblewrap, autograding stops with a message saying how to install it or opt out explicitly.
 # Learners' Validate is not affected.
 from tfmgrader.hardened import configure_autograde  # noqa: E402

@@ -6,7 +6,8 @@ see the same machine load; the best time of the rounds is kept):
   fused     torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)   the reference
   fast      tfmlib.fast_attention(q, k, v, causal=True)                                  MultiHeadAttention's default
   teaching  tfmlib.scaled_dot_product_attention(q, k, v, causal_mask(n))                  with need_weights
-and the ratios fast/fused and teaching/fused.  Then, for each sequence length n, the best wall time (ms) and the peak tensor memory (MiB) of
+and the ratios fast/fused and teaching/fused.  Then, for each sequence length n, the best wall time (ms) and the
+peak tensor memory (MiB) of
   dense    tfmlib.scaled_dot_product_attention, no mask            O(n²) time and memory
   masked   the same with sliding_window_mask(n, w)                  still O(n²): the mask saves nothing
   banded   tfmlib.banded_attention(q, k, v, w)                      O(n·w)
@@ -30,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import tfmlib  # noqa: E402
+import tfmlib
 
 
 def slope(xs, ys):
@@ -99,7 +100,8 @@ def attention_table(args, device):
     print("fitted exponents over the largest half of the lengths (cost ∝ n^c):")
     half = len(ns) // 2
     for name, (times, mems) in rows.items():
-        print(f"  {name:7s} time c = {slope(ns[half:], times[half:]):.2f}   memory c = {slope(ns[half:], mems[half:]):.2f}")
+        print(f"  {name:7s} time c = {slope(ns[half:], times[half:]):.2f}   "
+              f"memory c = {slope(ns[half:], mems[half:]):.2f}")
 
 
 def kv_cache_table(args, device):

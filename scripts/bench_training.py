@@ -36,8 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import tfmlib  # noqa: E402
-from tfmlib.models import POSITION_SCHEMES  # noqa: E402
+import tfmlib
+from tfmlib.models import POSITION_SCHEMES
 
 
 class ReferenceGPT(nn.Module):
@@ -116,7 +116,8 @@ def interleaved(fns, rounds, device):
     """Best time of each fn over ``rounds`` rounds, the fns taking turns within a round."""
     best = {name: float("inf") for name in fns}
     for fn in fns.values():                      # warm-up
-        fn(); fn()
+        fn()
+        fn()
     for _ in range(rounds):
         for name, fn in fns.items():
             sync(device)

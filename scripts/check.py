@@ -136,7 +136,7 @@ def run_checks(assignment: str, notebook: Path) -> int:
                             resources={"metadata": {"path": str(notebook.resolve().parent)}})
     try:
         client.execute(stderr=subprocess.DEVNULL)  # the kernel's own start-up warnings are not the learner's
-    except Exception as error:  # the kernel died: the cells not run count as failed
+    except Exception as error:  # noqa: BLE001 - the kernel died: the cells not run count as failed
         print(f"The kernel stopped: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
 
     rows, earned, total, failed = [], 0, 0, 0

@@ -37,7 +37,8 @@ student order, the same with any --jobs or --shard) once every submission is gra
 grades those students (again, with ``--regrade``) and merges them into ``<out>``: their rows are replaced and
 every other row, flag and class report stays as the class's.  Every status and reason, and what copy
 detection flagged, is also in the gradebook (``scripts/tfmgrader/verdicts.py``: flagged submissions, the
-grader's comment, ``nbgrader export``'s status/reason/similar_to columns, Formgrader's ``/formgrader/flags``).  With grades.csv, for
+grader's comment, ``nbgrader export``'s status/reason/similar_to columns, Formgrader's ``/formgrader/flags``).
+With grades.csv, for
 the instructor and changing no score (``scripts/tfmgrader/class_report.py``): copy detection (columns
 ``similar_to`` and ``similarity``, ``similarity.csv``, ``similarity.html``) and the class's mistakes per graded
 function (``mistakes.csv``, ``mistakes.png``).
@@ -86,7 +87,8 @@ def main(argv=None) -> int:
     parser.add_argument("--regrade", action="store_true",
                         help="grade every submission again (default: only those no run has finished grading)")
     parser.add_argument("--retries", type=int, default=1,
-                        help=f"times a submission starved by the machine's load is graded again, with {limit('GRADER_RETRY_SCALE')}x "
+                        help="times a submission starved by the machine's load is graded again, with "
+                             f"{limit('GRADER_RETRY_SCALE')}x "
                              "the time limits (default 1)")
     args = parser.parse_args(argv)
     if args.jobs < 1:

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 import tfmlib
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from test_attention import copy_into_torch_mha  # noqa: E402
-from test_blocks import copy_common, randomise  # noqa: E402
+from test_attention import copy_into_torch_mha
+from test_blocks import copy_common, randomise
 
 
 def errors(dtype):
@@ -28,7 +28,8 @@ def errors(dtype):
            - F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
            "fast_attention": tfmlib.fast_attention(q, k, v, mask=mask)
            - F.scaled_dot_product_attention(q, k, v, attn_mask=mask)}
-    ours, theirs = tfmlib.MultiHeadAttention(16, 4).to(dtype), torch.nn.MultiheadAttention(16, 4, batch_first=True).to(dtype)
+    ours = tfmlib.MultiHeadAttention(16, 4).to(dtype)
+    theirs = torch.nn.MultiheadAttention(16, 4, batch_first=True).to(dtype)
     copy_into_torch_mha(ours, theirs)
     x, memory, causal = torch.randn(3, 6, 16, dtype=dtype), torch.randn(3, 4, 16, dtype=dtype), tfmlib.causal_mask(6)
     ref_mha = theirs(x, x, x, attn_mask=~causal, need_weights=False)[0]
@@ -37,12 +38,14 @@ def errors(dtype):
     for norm_first, name in ((False, "post-norm"), (True, "pre-norm")):
         enc = tfmlib.EncoderBlock(16, 4, 32, norm_first=norm_first).to(dtype)
         randomise(enc)
-        ref = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True, norm_first=norm_first).to(dtype)
+        ref = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
+                                               norm_first=norm_first).to(dtype)
         copy_common(enc, ref)
         out[f"EncoderBlock ({name})"] = enc(x) - ref(x)
         dec = tfmlib.DecoderBlock(16, 4, 32, norm_first=norm_first).to(dtype)
         randomise(dec)
-        ref = torch.nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, batch_first=True, norm_first=norm_first).to(dtype)
+        ref = torch.nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
+                                               norm_first=norm_first).to(dtype)
         copy_common(dec, ref)
         copy_into_torch_mha(dec.cross_attn, ref.multihead_attn)
         out[f"DecoderBlock ({name})"] = dec(x, memory, self_mask=causal) - ref(x, memory, tgt_mask=~causal)

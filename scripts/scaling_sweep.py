@@ -25,9 +25,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import tfmlib  # noqa: E402
-from tfmlib.data import MarkovSource  # noqa: E402
-from tfmlib.scaling import train_on_source  # noqa: E402
+import tfmlib
+from tfmlib.data import MarkovSource
+from tfmlib.scaling import train_on_source
 
 
 FIELDS = ["d_model", "n_layers", "train_seed", "N", "D", "C", "steps", "loss"]
@@ -117,7 +117,8 @@ def main(argv=None):
     with open(args.out, "w", newline="") as f:
         f.write(f"# python scripts/scaling_sweep.py {' '.join(argv if argv is not None else sys.argv[1:])}\n")
         f.write(f"# source: MarkovSource(vocab_size={args.vocab}, order={args.order}, sharpness={args.sharpness}, "
-                f"zipf={args.zipf}, seed={args.seed}); entropy rate {entropy:.6f}; true model on eval set {floor:.6f}\n")
+                f"zipf={args.zipf}, seed={args.seed}); entropy rate {entropy:.6f}; "
+                f"true model on eval set {floor:.6f}\n")
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         w.writerows(r for r in rows if r["D"] > 0)

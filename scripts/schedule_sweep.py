@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import tfmlib  # noqa: E402
-from tfmlib.data import MarkovSource  # noqa: E402
-from tfmlib.scaling import count_parameters, train_on_source  # noqa: E402
-from tfmlib.train import train  # noqa: E402
+import tfmlib
+from tfmlib.data import MarkovSource
+from tfmlib.scaling import count_parameters, train_on_source
+from tfmlib.train import train
 
 
 def main(argv=None):
@@ -90,7 +90,8 @@ def main(argv=None):
         f.write(f"# python scripts/schedule_sweep.py {' '.join(argv if argv is not None else sys.argv[1:])}\n")
         f.write(f"# source: MarkovSource(vocab_size={args.vocab}, order=1, sharpness={args.sharpness}, "
                 f"zipf={args.zipf}, seed={args.source_seed}); d_model={args.width}, one layer; "
-                f"entropy rate {source.entropy_rate():.6f}; true model on eval set {float(source.nll(eval_x).mean()):.6f}\n")
+                f"entropy rate {source.entropy_rate():.6f}; "
+                f"true model on eval set {float(source.nll(eval_x).mean()):.6f}\n")
         w = csv.DictWriter(f, fieldnames=["seed", "lr", "schedule", "N", "D", "C", "steps", "loss"])
         w.writeheader()
         w.writerows(rows)

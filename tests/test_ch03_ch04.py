@@ -45,8 +45,8 @@ def brute_force_answers(task, x):
         for pos, tok in enumerate(row[:nk]):
             k, v = divmod(tok - FIRST_SYMBOL, nv)
             dictionary[k] = (v, pos)
-        key_of = lambda tok: (divmod(tok - FIRST_SYMBOL, nv)[0] if tok < FIRST_SYMBOL + nk * nv
-                              else tok - FIRST_SYMBOL - nk * nv)
+        def key_of(tok):
+            return divmod(tok - FIRST_SYMBOL, nv)[0] if tok < FIRST_SYMBOL + nk * nv else tok - FIRST_SYMBOL - nk * nv
         ans, off, mat = [PAD] * nk, [], []
         for t in range(nk, len(row)):
             a = key_of(row[t - 1])

@@ -353,7 +353,8 @@ def test_a_chapter_opened_and_run_is_left_as_it_is(lab, browser):
     ui = Lab(browser, lab, first_step=50)
     path = lab["root"] / RUN_CHAPTER
     before = path.read_bytes()
-    skipped = lambda: lab["log"].read_text().count(f"{RUN_CHAPTER}: no cell changed, the file is left as it is")
+    def skipped():
+        return lab["log"].read_text().count(f"{RUN_CHAPTER}: no cell changed, the file is left as it is")
     code = [c for c in jupytext.reads(before.decode(), fmt="md:myst").cells if c.cell_type == "code"]
     set_autosave(lab, AUTOSAVE_S)  # the page is loaded afresh by ui.open, with this setting
     seen = skipped()

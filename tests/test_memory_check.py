@@ -156,14 +156,14 @@ def run_cells(answer: str, tests=("test_blockwise_values", MEMORY_TEST)) -> dict
     process: ``{test: None if it passed, else the error message}``."""
     cells = notebook_cells()
     ns: dict = {}
-    exec(cells["setup"], ns)  # noqa: S102 - the course's own cells
-    exec(answer, ns)  # noqa: S102
+    exec(cells["setup"], ns)
+    exec(answer, ns)
     verdicts = {}
     for name in tests:
         check.begin_test(name)
         try:
             with contextlib.redirect_stdout(io.StringIO()):
-                exec(cells[name], ns)  # noqa: S102
+                exec(cells[name], ns)
             verdicts[name] = None
         except Exception as err:  # noqa: BLE001
             verdicts[name] = f"{type(err).__name__}: {err}"

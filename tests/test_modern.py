@@ -84,7 +84,8 @@ def test_apply_rope_pairs_neighbouring_features():
 
 def test_apply_rope_scores_depend_on_distance_only():
     q, k = randn(1, 8), randn(1, 8)
-    score = lambda i, j: float(apply_rope(q, torch.tensor([i])) @ apply_rope(k, torch.tensor([j])).T)
+    def score(i, j):
+        return float(apply_rope(q, torch.tensor([i])) @ apply_rope(k, torch.tensor([j])).T)
     assert score(3, 1) == pytest.approx(score(10, 8), abs=1e-5)
     assert score(3, 1) != pytest.approx(score(3, 2), abs=1e-3)
 
@@ -196,7 +197,8 @@ def test_modern_gpt_parts():
 
 
 def test_d_ff_for_parameters_matches_the_size():
-    build = lambda f: tfmlib.DecoderLM(50, 32, 4, 2, d_ff=f, activation="swiglu", pos="rope")
+    def build(f):
+        return tfmlib.DecoderLM(50, 32, 4, 2, d_ff=f, activation="swiglu", pos="rope")
     target = count_parameters(tfmlib.DecoderLM(50, 32, 4, 2, d_ff=128, activation="gelu", pos="rope"))
     f = d_ff_for_parameters(build, target)
     assert abs(count_parameters(build(f)) - target) <= 3 * 2 * 32 // 2   # within half a step of d_ff
@@ -213,7 +215,8 @@ def test_decoder_lm_rejects_gqa_with_a_bias_position_scheme():
 def test_top_p_keeps_the_smallest_nucleus():
     probs = torch.tensor([[0.1, 0.4, 0.05, 0.3, 0.15]])
     logits = probs.log()
-    kept = lambda p: sorted(torch.isfinite(top_p_filter(logits, p))[0].nonzero().flatten().tolist())
+    def kept(p):
+        return sorted(torch.isfinite(top_p_filter(logits, p))[0].nonzero().flatten().tolist())
     assert kept(0.3) == [1]                 # 0.4 alone reaches 0.3
     assert kept(0.4) == [1]                 # ... and 0.4
     assert kept(0.41) == [1, 3]             # 0.4 + 0.3

@@ -34,7 +34,8 @@ def test_rope_matches_complex_rotation():
 def test_rope_scores_depend_only_on_offset():
     torch.manual_seed(0)
     q, k = torch.randn(1, 8, dtype=torch.float64), torch.randn(1, 8, dtype=torch.float64)
-    score = lambda p, r: (tfmlib.rope(q, offset=p) * tfmlib.rope(k, offset=r)).sum().item()
+    def score(p, r):
+        return (tfmlib.rope(q, offset=p) * tfmlib.rope(k, offset=r)).sum().item()
     assert score(3, 7) == pytest.approx(score(10, 14), abs=1e-10)
     assert score(3, 7) != pytest.approx(score(3, 8), abs=1e-6)
 

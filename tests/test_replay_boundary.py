@@ -30,12 +30,12 @@ def graded(tmp_path, learner: str, tests: list[tuple[str, str]], isolated: bool 
     kernel_tests = check.TestNamespace()
     with check.recording(path), pytest.MonkeyPatch.context() as mp:
         mp.setattr(check, "_TESTS", kernel_tests)        # a kernel of its own
-        exec(SETUP[1], notebook)  # noqa: S102
-        exec(learner, notebook)  # noqa: S102
+        exec(SETUP[1], notebook)
+        exec(learner, notebook)
         for gid, src in tests:
             src = f"__import__('tfmcheck.checking').checking.begin_test({gid!r})\n" + src
             try:
-                exec(isolated_test(src, gid) if isolated else src, notebook)  # noqa: S102
+                exec(isolated_test(src, gid) if isolated else src, notebook)
             except Exception:  # noqa: BLE001 - in the kernel a failing cell is only an error output
                 pass
     records, problems = trace.load(path)
@@ -186,7 +186,7 @@ check.assert_equal("causal_mask(3)", got, expected)
 
 def test_a_test_cells_bindings_stay_out_of_the_notebook():
     notebook = {"x": 1}
-    exec("def f():\n    return x\n", notebook)  # noqa: S102 - a learner's function: reads the notebook's x
+    exec("def f():\n    return x\n", notebook)
     tests = check.TestNamespace()
     check.run_test("x = 2\ny = f()\n", notebook, tests)
     assert notebook["x"] == 1 and "y" not in notebook and tests.names["y"] == 1

@@ -360,8 +360,8 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
             continue
         source = "\n".join(line for line in cell.source.splitlines() if "### " not in line)
         if hide in ("markdown", "raw"):
-            nb.cells[nb.cells.index(cell)] = new = (nbformat.v4.new_markdown_cell if hide == "markdown"
-                                                     else nbformat.v4.new_raw_cell)(source, metadata=cell.metadata)
+            nb.cells[nb.cells.index(cell)] = (nbformat.v4.new_markdown_cell if hide == "markdown"
+                                                 else nbformat.v4.new_raw_cell)(source, metadata=cell.metadata)
             continue
         if hide == "indented":
             source = "\n".join("    " + line for line in source.splitlines())

@@ -1,6 +1,5 @@
 """Record and replay of learners' results (tfmcheck.trace): the grader's verdicts reached outside the kernel."""
 import json
-import sys
 from pathlib import Path
 
 import pytest

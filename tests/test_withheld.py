@@ -1,9 +1,6 @@
 """Nothing worth stealing in the graded kernel (issue 31): no course implementation is there, and the kernel decides
 nothing; the references, comparisons and named mistakes come from the grader's replay outside it."""
-import json
 import random
-import shutil
-import subprocess
 
 import numpy as np
 import pytest

@@ -18,6 +18,6 @@ from .positions import (ALiBiMultiHeadAttention, LearnedPositions, RelativeMulti
 from .scaling import (BESIROGLU_PARAMS, CHINCHILLA_PARAMS, chinchilla_loss, compute_optimal, fit_chinchilla,
                       fit_power_law, isoflop_loss)
 from .utils import get_device, seed_everything
-from . import bpe, data, train  # noqa: E402  (submodules used as tfmlib.data.X, tfmlib.train.X, tfmlib.bpe.X)
+from . import bpe, data, train
 
 __version__ = "0.1.0"

@@ -136,7 +136,8 @@ def attention_mask(key_padding, causal: bool = False, q_len: int | None = None) 
     """
     check_tensor("key_padding", key_padding, 2)
     if key_padding.dtype != torch.bool or key_padding.dim() != 2:
-        raise ValueError(f"key_padding must be a (B, Tk) bool tensor, got {tuple(key_padding.shape)} {key_padding.dtype}")
+        raise ValueError(f"key_padding must be a (B, Tk) bool tensor, "
+                         f"got {tuple(key_padding.shape)} {key_padding.dtype}")
     t_k = key_padding.shape[1]
     q_len = t_k if q_len is None else q_len
     mask = key_padding[:, None, None, :].expand(-1, 1, q_len, t_k)

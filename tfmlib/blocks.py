@@ -16,7 +16,8 @@ NORMS = ("layer", "rms")
 
 
 def make_norm(norm: str, d_model: int, bias: bool = True) -> nn.Module:
-    """LayerNorm (chapter 6) for ``norm="layer"`` (without its bias when ``bias=False``), RMSNorm (chapter 9) for ``"rms"``."""
+    """LayerNorm (chapter 6) for ``norm="layer"`` (without its bias when ``bias=False``), RMSNorm (chapter 9) for
+    ``"rms"``."""
     if norm not in NORMS:
         raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
     return nn.LayerNorm(d_model, bias=bias) if norm == "layer" else RMSNorm(d_model)

@@ -207,7 +207,10 @@ class Transformer(nn.Module):
         """
         memory = self.encode(src)
         y = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
-        step = lambda new, cache: self.decode(new, memory, src, cache)
+
+        def step(new, cache):
+            return self.decode(new, memory, src, cache)
+
         cache = new_cache(len(self.decoder), max_len) if use_cache else None
         return decode_loop(step, y, max_len, cache, greedy=True)[:, 1:]
 
@@ -270,9 +273,10 @@ class DecoderLM(nn.Module):
         """Sample ``max_new_tokens`` tokens after the prompt idx ``(B, T)``; returns ``(B, T + new)``.
 
         Logits are divided by ``temperature`` (> 0); ``top_k`` keeps only the k most likely tokens, ``top_p``
-        only the nucleus of that probability (chapter 9); ``greedy`` takes the most likely one.  With ``use_cache`` the prompt runs once and each later step
-        feeds one token (chapter 7); the tokens are the same as without.  Learned positions have no
-        vector past ``max_len``: from there the context is the last ``max_len`` tokens, recomputed each step.
+        only the nucleus of that probability (chapter 9); ``greedy`` takes the most likely one.  With ``use_cache``
+        the prompt runs once and each later step feeds one token (chapter 7); the tokens are the same as without.
+        Learned positions have no vector past ``max_len``: from there the context is the last ``max_len`` tokens,
+        recomputed each step.
         """
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")

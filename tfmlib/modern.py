@@ -15,7 +15,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import MultiHeadAttention, causal_mask_offset, merge_heads, scaled_dot_product_attention, split_heads
-from .positions import rope
 from .scaling import count_parameters
 from .utils import check_tensor
 
@@ -42,7 +41,8 @@ def rms_norm(x, weight, eps: float = 1e-6):
     check_tensor("x", x, 1)
     check_tensor("weight", weight, 1)
     if weight.shape != x.shape[-1:]:
-        raise ValueError(f"weight must have shape ({x.shape[-1]},) to match x {tuple(x.shape)}, got {tuple(weight.shape)}")
+        raise ValueError(f"weight must have shape ({x.shape[-1]},) to match x {tuple(x.shape)}, "
+                         f"got {tuple(weight.shape)}")
     return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
 
 
@@ -121,7 +121,8 @@ def apply_rope(x, positions, base: float = 10000.0):
         raise ValueError(f"apply_rope needs an even feature size d, got x of shape {tuple(x.shape)}")
     positions = torch.as_tensor(positions, device=x.device)
     if positions.shape != (t,):
-        raise ValueError(f"positions must have shape (T,) = ({t},) for x {tuple(x.shape)}, got {tuple(positions.shape)}")
+        raise ValueError(f"positions must have shape (T,) = ({t},) for x {tuple(x.shape)}, "
+                         f"got {tuple(positions.shape)}")
     theta = base ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float64) / d)
     angle = positions.to(torch.float64)[:, None] * theta                      # (T, d/2)
     cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
@@ -181,7 +182,7 @@ def grouped_query_attention(x, W_q, W_k, W_v, W_o, n_heads: int, n_kv_heads: int
     With ``cache`` (a ``KVCache``) this call's keys and values — H_kv heads only — are appended to it and the
     T queries, at positions ``cache.length`` …, attend to every cached key up to their own position.
     """
-    d_h = _check_gqa(x, W_q, W_k, W_v, W_o, n_heads, n_kv_heads)
+    _check_gqa(x, W_q, W_k, W_v, W_o, n_heads, n_kv_heads)
     q = split_heads(x @ W_q, n_heads)                       # (B, H, T, d_h)
     k = split_heads(x @ W_k, n_kv_heads)                    # (B, H_kv, T, d_h)
     v = split_heads(x @ W_v, n_kv_heads)

@@ -31,7 +31,8 @@ def _params(params):
 def _check_positive(name, x):
     t = torch.as_tensor(x)
     if t.numel() == 0 or not bool((t > 0).all()):
-        raise ValueError(f"{name} must be > 0 everywhere, got shape {tuple(t.shape)} with min {t.min().item() if t.numel() else None}")
+        smallest = t.min().item() if t.numel() else None
+        raise ValueError(f"{name} must be > 0 everywhere, got shape {tuple(t.shape)} with min {smallest}")
 
 
 def chinchilla_loss(N, D, params=None):

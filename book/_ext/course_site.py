@@ -61,7 +61,8 @@ def mathjax_dist() -> Path:
         )
     version = json.loads((dist.parent / "package.json").read_text(encoding="utf8")).get("version", "")
     if not version.startswith("3."):
-        raise ExtensionError(f"MathJax 3 is needed, found version {version!r} in {dist.parent}: pip install '{MATHJAX_PIP}'")
+        raise ExtensionError(f"MathJax 3 is needed, found version {version!r} in {dist.parent}: "
+                             f"pip install '{MATHJAX_PIP}'")
     return dist
 
 

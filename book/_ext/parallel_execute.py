@@ -104,7 +104,7 @@ def execute_in_parallel(app: Sphinx, env, docnames) -> None:
             docname, path, read_fmt = futures[future]
             try:
                 nb_json, seconds, error = future.result()
-            except Exception as exc:       # the worker itself failed: MyST-NB will execute it again
+            except Exception as exc:  # noqa: BLE001 - the worker itself failed: MyST-NB will execute it again
                 logger.info(f"  {docname}: could not execute in parallel ({exc!r}); left to MyST-NB")
                 continue
             if error is not None:

@@ -51,10 +51,12 @@ def python_view(base_prefix: str) -> list[str]:
 class CourseSpawner(LocalProcessSpawner):
     """LocalProcessSpawner with the course's instructor and student roles (see the module's docstring)."""
 
-    instructors = Set(Unicode(), help="Accounts whose server is the instructor's: in the course root, with Formgrader.").tag(config=True)
+    instructors = Set(Unicode(), help="Accounts whose server is the instructor's: in the course root, "
+                                      "with Formgrader.").tag(config=True)
     course_root = Unicode("/srv/nbgrader/course", help="The course root: a copy of the course repository "
                           "owned by the instructor, with its nbgrader_config.py.").tag(config=True)
-    exchange = Unicode("/srv/nbgrader/exchange", help="nbgrader's exchange folder, shared by everyone.").tag(config=True)
+    exchange = Unicode("/srv/nbgrader/exchange",
+                       help="nbgrader's exchange folder, shared by everyone.").tag(config=True)
     singleuser = List(Unicode(), help="The single-user server's command; the view and the privilege drop "
                       "are put before it when they are needed.").tag(config=True)
 

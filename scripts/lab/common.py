@@ -8,7 +8,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # course_lab, the server extension below
-from course_lab import ChapterKeepingContentsManager  # noqa: E402
+from course_lab import ChapterKeepingContentsManager
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -151,7 +151,7 @@ class ChapterKeepingContentsManager(build_async_jupytext_contents_manager_class(
             return {}
         try:
             return citation_labels(bib)
-        except Exception as err:  # no or a broken bibliography: the roles stay as they are
+        except Exception as err:  # noqa: BLE001 - no or a broken bibliography: the roles stay as they are
             self.log.warning("%s: citations left as roles (%s)", bib, err)
             return {}
 
@@ -165,7 +165,7 @@ class ChapterKeepingContentsManager(build_async_jupytext_contents_manager_class(
                 from jupyter_client.kernelspec import KernelSpecManager
                 manager = KernelSpecManager()
             found = manager.get_kernel_spec(spec.get("name", "python3"))
-        except Exception:  # no such kernel here: the Lab asks the learner to choose one
+        except Exception:  # noqa: BLE001 - no such kernel here: the Lab asks the learner to choose one
             return
         if found.language != "python" or "ipykernel" not in " ".join(found.argv):
             return
@@ -196,7 +196,7 @@ class ChapterKeepingContentsManager(build_async_jupytext_contents_manager_class(
             return False
         try:
             on_disk = await super().get(path, content=True, type="notebook")  # the file's roles
-        except Exception:  # an unreadable file: let Jupytext's save decide and report
+        except Exception:  # noqa: BLE001 - an unreadable file: let Jupytext's save decide and report
             return False
         return _edits(on_disk["content"]) == _edits(model["content"])
 
@@ -251,7 +251,7 @@ class CourseValidateHandler(ValidateAssignmentHandler):
             return {"success": False, "value": NOT_AN_EXERCISE.format(name=target.name)}
         try:
             result = MessageFirstValidator(config=self.load_config()).validate(str(target))
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - logged in full, and the learner told Validate failed
             self.log.error(traceback.format_exc())
             return {"success": False, "value": f"Validate could not check {target.name}: {err}"}
         if "failed" in result:

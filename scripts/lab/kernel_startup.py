@@ -60,7 +60,7 @@ def _course_their_startup():
     theirs = os.environ.get("COURSE_PYTHONSTARTUP")
     if theirs and os.path.isfile(theirs):
         with open(theirs, encoding="utf-8") as f:
-            exec(compile(f.read(), theirs, "exec"), globals())  # the learner's own PYTHONSTARTUP
+            exec(compile(f.read(), theirs, "exec"), globals())  # noqa: S102 - the learner's own PYTHONSTARTUP
 
 
 _course_glued = _course_keep_glued()

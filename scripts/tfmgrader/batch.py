@@ -388,7 +388,8 @@ def grade(course: Path, assignment: str, out: Path, only: list[str] | None = Non
           f"already graded, {len(todo)} to grade with {jobs} job(s)"
           + (f"; {len(regraded)} graded again" if regraded else ""), flush=True)
     for why, who in group_reasons(regraded).items():
-        print(f"graded again, {len(who)} submission(s) ({', '.join(who[:5])}{', ...' if len(who) > 5 else ''}): {why}", flush=True)
+        shown = ", ".join(who[:5]) + (", ..." if len(who) > 5 else "")
+        print(f"graded again, {len(who)} submission(s) ({shown}): {why}", flush=True)
     if todo:        # the grader grades the solution first; SystemExit with the reason if it fails
         from tfmgrader.selfcheck import ensure
         ensure(course, assignment, extra_config)

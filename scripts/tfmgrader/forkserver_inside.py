@@ -62,7 +62,7 @@ def preload() -> list[str]:
     """Import what every kernel needs (not ``tfmcheck.checking``, which reads the kernel's environment when it
     is imported); returns what failed, which each kernel then meets and reports itself."""
     import platform
-    platform.uname().processor      # asked of 'uname' by debugpy; answered here, before any audit hook
+    platform.uname().processor  # noqa: B018 - asked of 'uname' by debugpy; answered here, before any audit hook
     failed = []
     for name in ("torch", "torch.nn.functional", "numpy", "tfmcheck.trace", "tfmcheck.lockdown", "tfmcheck.shortcuts",
                  "torch._higher_order_ops.flex_attention", "torch.ao.nn.quantizable.modules.activation", "IPython",
@@ -159,7 +159,8 @@ def become_kernel(request: dict, fds: list[int]) -> None:
                 break
             except ChildProcessError:
                 os._exit(70)
-        os._exit(min(max(os.waitstatus_to_exitcode(status), 0), 255) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+        os._exit(min(max(os.waitstatus_to_exitcode(status), 0), 255) if os.WIFEXITED(status)
+                 else 128 + os.WTERMSIG(status))
     parent = os.getppid()
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     drop_privileges(request.get("uid"))
@@ -199,7 +200,7 @@ def run_kernel(request: dict) -> None:
         signal.signal(sig, signal.SIG_DFL)
     code = compile(request["launcher"], "<tfmlib-sandbox>", "exec")
     try:
-        exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
+        exec(code, {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102 - the launcher
     except SystemExit as stop:
         os._exit(stop.code if isinstance(stop.code, int) else 1)
     except BaseException:  # noqa: BLE001

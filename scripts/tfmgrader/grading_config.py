@@ -5,6 +5,6 @@ configuration does not:
 
     nbgrader autograde ASSIGNMENT --config=scripts/tfmgrader/grading_config.py
 """
-from tfmgrader.hardened import configure_autograde  # noqa: E402
+from tfmgrader.hardened import configure_autograde
 
 configure_autograde(get_config())  # noqa: F821  (provided by traitlets when it loads this file)

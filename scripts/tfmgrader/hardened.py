@@ -6,13 +6,14 @@ applies it too.  It changes only the ``Autograde`` converter and the grading pre
 *Validate* (nbgrader's ``Validator`` with the plain ``Execute``) stays fast and unsandboxed.
 
 Sanitising: clear outputs, drop nbgrader metadata the gradebook does not know, restore every read-only
-and test cell from the gradebook (``RestoreReadOnlyCells``: quiet about test cells as released), scan the learner's cells (flagged cells are withheld).  Autograding: run in the sandbox kernel (``SandboxedExecute``), decide
-every test again outside the learner's process (``VerifyOutside``), stop a submission whose read-only setup
-cell failed before any learner code ran (``selfcheck.SetupCheck``), cap output, save the grades, save the
-status and reason in the gradebook (``verdicts.RecordVerdict``: flagged, comment, the course's verdict table).  Before the
-first submission of an assignment, the grader grades the assignment's own solution and stops if that does not
-get full marks (``selfcheck.pre_convert_hook``).  Reports
-go to ``$GRADER_REPORTS`` (default ``<course root>/grading/reports``), never inside a learner's folder.
+and test cell from the gradebook (``RestoreReadOnlyCells``: quiet about test cells as released), scan the
+learner's cells (flagged cells are withheld).  Autograding: run in the sandbox kernel (``SandboxedExecute``),
+decide every test again outside the learner's process (``VerifyOutside``), stop a submission whose read-only setup
+cell failed before any learner code ran (``selfcheck.SetupCheck``), cap output, save the grades, save the status
+and reason in the gradebook (``verdicts.RecordVerdict``: flagged, comment, the course's verdict table; with what
+copy detection finds against the course's own code).  Before the first submission of an assignment, the grader
+grades the assignment's own solution and stops if that does not get full marks (``selfcheck.pre_convert_hook``).
+Reports go to ``$GRADER_REPORTS`` (default ``<course root>/grading/reports``), never inside a learner's folder.
 """
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ def configure_autograde(c) -> None:
     from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds,
                                         LimitOutput, OverwriteKernelspec, SaveAutoGrades)
 
-    from tfmgrader.preprocessors import (CapOutput, NeutraliseLearnerMarkup, RefuseDuplicateIds, RestoreReadOnlyCells, SandboxedExecute, ScanSubmission, StderrToStdout, StripForgedMetadata,
-                               VerifyOutside)
+    from tfmgrader.preprocessors import (CapOutput, NeutraliseLearnerMarkup, RefuseDuplicateIds, RestoreReadOnlyCells,
+                                         SandboxedExecute, ScanSubmission, StderrToStdout, StripForgedMetadata,
+                                         VerifyOutside)
     from tfmgrader.limits import limit
     from tfmgrader.selfcheck import SetupCheck, pre_convert_hook
     from tfmgrader.verdicts import RecordVerdict
@@ -36,8 +38,8 @@ def configure_autograde(c) -> None:
 
     warnings.filterwarnings("ignore", message=r"Object of type <Submitted\w+> not in session")
     c.Autograde.sanitize_preprocessors = [
-        ClearOutput, RefuseDuplicateIds, DeduplicateIds, OverwriteKernelspec, StripForgedMetadata, RestoreReadOnlyCells, ScanSubmission,
-        CheckCellMetadata]
+        ClearOutput, RefuseDuplicateIds, DeduplicateIds, OverwriteKernelspec, StripForgedMetadata, RestoreReadOnlyCells,
+        ScanSubmission, CheckCellMetadata]
     c.Autograde.autograde_preprocessors = [
         SandboxedExecute, VerifyOutside, SetupCheck, StderrToStdout, CapOutput, ClearMetadataPreprocessor, LimitOutput,
         SaveAutoGrades, AssignLatePenalties, CheckCellMetadata, RecordVerdict, NeutraliseLearnerMarkup]
@@ -46,8 +48,8 @@ def configure_autograde(c) -> None:
     # does not get full marks; a submission whose read-only setup cell failed is not scored (selfcheck.py).
     c.Autograde.pre_convert_hook = pre_convert_hook
     if os.environ.get("GRADER_REPORTS"):     # default: <course root>/grading/reports
-        for name in ("RefuseDuplicateIds", "StripForgedMetadata", "ScanSubmission", "SandboxedExecute", "VerifyOutside", "SetupCheck",
-                     "RecordVerdict"):
+        for name in ("RefuseDuplicateIds", "StripForgedMetadata", "ScanSubmission", "SandboxedExecute", "VerifyOutside",
+                     "SetupCheck", "RecordVerdict"):
             c[name].report_directory = os.environ["GRADER_REPORTS"]
     c.SandboxedExecute.timeout = limit("GRADER_CELL_TIMEOUT")
     c.SandboxedExecute.interrupt_on_timeout = False   # a stuck kernel is stopped, not interrupted

@@ -6,8 +6,9 @@ at least one of the function's tests, each mistake of the feedback catalogue (``
 failure message named, each other function a failure message says to fix first (a cascade: the failure is
 counted against the function the feedback names, ``tfmcheck.feedback.fix_first``), the answers the grader
 withheld (the scan flagged them: their tests fail because the answer never ran), the failures with no named
-cause, and the submissions whose function the copy detection flagged (``similarity.py``).  It writes ``mistakes.csv`` and ``mistakes.png`` (one bar chart) next to
-``grades.csv``.  A learner counts once per function and mistake, however many tests showed it.
+cause, and the submissions whose function the copy detection flagged (``similarity.py``).  It writes
+``mistakes.csv`` and ``mistakes.png`` (one bar chart) next to ``grades.csv``.  A learner counts once per function
+and mistake, however many tests showed it.
 """
 from __future__ import annotations
 

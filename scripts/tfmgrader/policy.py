@@ -108,7 +108,8 @@ def value_samples() -> dict[str, list]:
         "python": [int, float, complex, bool, str, bytes, list, tuple, dict, set, frozenset, range(1), slice(1),
                    Exception("x"), property(), functools.partial(print), collections.OrderedDict(),
                    collections.defaultdict(list), collections.Counter(), collections.deque(),
-                   collections.namedtuple("T", "a b")(1, 2), *dataclasses.fields(dataclasses.make_dataclass("D", ["a"]))],
+                   collections.namedtuple("T", "a b")(1, 2),
+                   *dataclasses.fields(dataclasses.make_dataclass("D", ["a"]))],
     }
 
 

@@ -36,7 +36,7 @@ from nbclient.util import ensure_async, run_hook, run_sync
 from nbformat.notebooknode import NotebookNode
 from nbgrader.api import MissingEntry
 from nbgrader.preprocessors import ClearHiddenTests, Execute, NbGraderPreprocessor, OverwriteCells
-from nbgrader.utils import is_grade, is_locked, is_solution
+from nbgrader.utils import is_grade, is_solution
 from traitlets import Bool, Float, Integer, List, Unicode
 
 from tfmcheck import REFUSE_ENV, SECRET_ENV, TRACE_NAME
@@ -109,7 +109,8 @@ class ScanSubmission(NbGraderPreprocessor):
     """Flag answers that use forbidden shortcuts or rebind library functions; withhold those cells."""
 
     report_directory = Unicode("", help="Where the grading reports go (outside the learners' reach).").tag(config=True)
-    graded_functions = List(Unicode(), help="Names the learners must define (never flagged as rebinding).").tag(config=True)
+    graded_functions = List(Unicode(),
+                            help="Names the learners must define (never flagged as rebinding).").tag(config=True)
 
     def preprocess(self, nb, resources):
         trusted, answers = trusted_cells(resources)
@@ -547,7 +548,9 @@ class SandboxedExecute(Execute):
     def _course_root(self, workdir: Path) -> str:
         from nbgrader.coursedir import CourseDirectory
         root = CourseDirectory(config=self.config).root
-        return root if Path(root, "nbgrader_config.py").exists() or len(workdir.parents) <= 2 else str(workdir.parents[2])
+        if Path(root, "nbgrader_config.py").exists() or len(workdir.parents) <= 2:
+            return root
+        return str(workdir.parents[2])
 
     def _end_leftovers(self, workdir: Path) -> None:
         if SandboxedExecute._leftovers_ended:
@@ -769,7 +772,8 @@ class VerifyOutside(NbGraderPreprocessor):
 
         trusted, _ = trusted_sources(resources)
         order = [c.metadata.nbgrader["grade_id"] for c in nb.cells
-                 if c.cell_type == "code" and "nbgrader" in c.metadata and c.metadata.nbgrader.get("grade_id") in trusted]
+                 if c.cell_type == "code" and "nbgrader" in c.metadata
+                 and c.metadata.nbgrader.get("grade_id") in trusted]
         missing = [name for name in trusted if name not in order and not trusted[name][1]]
         cells = [(name, *trusted[name]) for name in missing + order]
         workdir = Path(resources.get("metadata", {}).get("path") or ".")
@@ -789,7 +793,8 @@ class VerifyOutside(NbGraderPreprocessor):
             if any(o.get("output_type") == "error" and o.get("ename") in KERNEL_STOPPED
                    for o in cell.get("outputs", [])):
                 continue        # the kernel never finished this cell: it scores zero as it is
-            # The kernel only recorded (tfmcheck.withheld): what the test printed and whether it failed are the replay's.
+            # The kernel only recorded (tfmcheck.withheld): what the test printed and whether it failed are the
+            # replay's.
             cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=verdicts.printed[gid])] \
                 if verdicts.printed.get(gid) else []
             if not verdicts.passed[gid]:

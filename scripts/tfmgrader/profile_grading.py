@@ -7,7 +7,8 @@ Grades the given submissions (default: all of ``submitted/*/ASSIGNMENT``) one af
 exactly as a ``scripts/grade.py`` worker does (the course's configuration, one NbGraderAPI), with timers
 around the phases of nbgrader, the sandboxed kernel and the replay, and prints the median seconds per
 submission of each phase, and what the worker pays once (its set-up and its fork server, ``forkserver.py``).
-``GRADER_FORKSERVER=0`` profiles the sandbox started per kernel instead.  The submissions should not time out (a 30-second limit would dominate).
+``GRADER_FORKSERVER=0`` profiles the sandbox started per kernel instead.  The submissions should not time out (a
+30-second limit would dominate).
 """
 from __future__ import annotations
 

@@ -867,7 +867,8 @@ class _Checker(ast.NodeVisitor):
         for n in ast.walk(node):
             if isinstance(n, ast.Name) and n.id == first and id(n) not in used:
                 self.flag(n, f"uses the class '{first}' of a classmethod as a value (its methods would run with any "
-                             f"object as self); only call it ('{first}(...)') or read a value its class binds, or write a module-level function")
+                             f"object as self); only call it ('{first}(...)') or read a value its class binds, or "
+                             "write a module-level function")
             elif isinstance(n, ast.Name) and n.id == "super":
                 self.flag(n, "calls super() in a classmethod (it hands out the class's methods unbound); "
                              "write a module-level function")
@@ -879,7 +880,8 @@ class _Checker(ast.NodeVisitor):
             return True     # the answer's own class (not a decorated one, nor a function: round 8)
         path = self._dotted(base)
         obj = _module_attr(path) if path else None
-        return obj is not None and f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}" in ALLOWED_BASES
+        dotted = f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}"
+        return obj is not None and dotted in ALLOWED_BASES
 
     def _comprehension(self, node):
         self.visit(node.generators[0].iter)
@@ -1010,7 +1012,8 @@ class _Checker(ast.NodeVisitor):
                     not self._allowed_import_value(what[7:]):
                 self.flag(node, f"uses '{name}' (the notebook's {what[7:]}), which answers may not use; "
                                 f"the checking helpers are for the tests only")
-        elif where == "test" and (self.ctx.tests.get(name) == "def" or self.ctx.tests.get(name, "").startswith("import:")):
+        elif where == "test" and (self.ctx.tests.get(name) == "def"
+                                  or self.ctx.tests.get(name, "").startswith("import:")):
             self.flag(node, f"uses '{name}', a function or module of the test cells; the tests' helpers are for "
                             f"the tests only")
         elif where == "test" and self.in_function():

@@ -19,8 +19,8 @@ How a function is compared
     that do not depend on each other are put in one canonical order; every name the unit binds (parameters,
     local variables, loop and comprehension variables, the names of its functions) becomes ``v``; what it only
     reads (``torch``, ``math``, built-ins, attribute names such as ``masked_fill`` and keyword names such as
-    ``keepdim=``) is kept; the operands of ``+``, ``*``, ``&`` and ``|`` are sorted.  copydetect's own tokeniser (Pygments)
-    replaces *every* name by ``V``, attribute names included, which makes independent correct answers look
+    ``keepdim=``) is kept; the operands of ``+``, ``*``, ``&`` and ``|`` are sorted.  copydetect's own tokeniser
+    (Pygments) replaces *every* name by ``V``, attribute names included, which makes independent correct answers look
     alike (``x.view(...).transpose(1, 2)`` and ``x.reshape(...).permute(0, 2, 1, 3)``); the calibration script
     compares both (``--tokens copydetect``).
   * Fingerprints: copydetect (pinned in pyproject.toml) hashes every ``K``-token window of the normalised token
@@ -38,8 +38,8 @@ How a function is compared
 
 The threshold, ``K`` and ``MIN_TOKENS`` were chosen on the tune half of ``scripts/similarity_calibration.py``,
 among the settings under which a verbatim copy of the worked solution is flagged in every exercise (the
-longest graded function of exercise 6, ``layer_norm``, has 74 tokens), and are reported on its held-out half (book/appendix/grading.md, "Copy detection").  Nothing here runs learner
-code: submissions are only parsed.
+longest graded function of exercise 6, ``layer_norm``, has 74 tokens), and are reported on its held-out half
+(book/appendix/grading.md, "Copy detection").  Nothing here runs learner code: submissions are only parsed.
 """
 from __future__ import annotations
 
@@ -254,7 +254,8 @@ def forwards_to(node: ast.FunctionDef, defs: dict[str, ast.FunctionDef]) -> str 
     if len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Call):
         call = body[0].value
         if isinstance(call.func, ast.Name) and call.func.id in defs and defs[call.func.id] is not node and all(
-                isinstance(a, ast.Name) for a in call.args) and all(isinstance(k.value, ast.Name) for k in call.keywords):
+                isinstance(a, ast.Name) for a in call.args) and \
+                all(isinstance(k.value, ast.Name) for k in call.keywords):
             return call.func.id
     return None
 

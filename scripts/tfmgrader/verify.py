@@ -45,7 +45,8 @@ def called_names(sources: list[str]) -> set[str]:
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                    node.func.attr in ("call", "peak_numel", "peak_memory") and node.args and isinstance(node.args[0], ast.Name):
+                    node.func.attr in ("call", "peak_numel", "peak_memory") and node.args and \
+                    isinstance(node.args[0], ast.Name):
                 names.add(node.args[0].id)
     return names
 
@@ -75,7 +76,8 @@ def replay(cells: list[tuple[str, str, bool]], records: dict, problems: list[str
     threads = torch.get_num_threads()
     torch.set_num_threads(1)            # the learner's kernel runs with one thread too
     try:
-        with check.replay(records, outside_held, secret or check.IN_PROCESS_SECRET), warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        with check.replay(records, outside_held, secret or check.IN_PROCESS_SECRET), warnings.catch_warnings(), \
+                contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             for grade_id, src, is_test in cells:
                 if is_test:

@@ -21,6 +21,7 @@ from .text import GRAMMAR, CharVocab, grammar_accepts, grammar_sentence, grammar
 from .tokens import BOS, EOS, FIRST_SYMBOL, PAD, pad_batch
 from .translation import SyntheticTranslation, exact_match
 
-__all__ = ["BOS", "EOS", "FIRST_SYMBOL", "GRAMMAR", "PAD", "CharVocab", "CopyTask", "Corpus", "Document", "LagTask", "MarkedRecall",
-           "MarkovSource", "SyntheticTranslation", "Task", "TwoRelationTask", "build_corpus", "exact_match", "grammar_accepts",
+__all__ = ["BOS", "EOS", "FIRST_SYMBOL", "GRAMMAR", "PAD", "CharVocab", "CopyTask", "Corpus", "Document", "LagTask",
+           "MarkedRecall", "MarkovSource", "SyntheticTranslation", "Task", "TwoRelationTask", "build_corpus",
+           "exact_match", "grammar_accepts",
            "grammar_sentence", "grammar_text", "lm_batch", "pad_batch"]

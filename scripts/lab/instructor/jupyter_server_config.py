@@ -4,7 +4,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from common import configure  # noqa: E402  (scripts/lab/common.py)
+from common import configure
 
 c = get_config()  # noqa: F821
 configure(c, instructor=True)

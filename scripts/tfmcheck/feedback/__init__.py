@@ -71,7 +71,8 @@ def _same(got, expected):
         return (_type(got) in (tuple, list) and len(got) == len(expected)
                 and all(_same(g, e) for g, e in zip(got, expected)))
     if _type(expected) is dict:
-        return _type(got) is dict and sorted(got) == sorted(expected) and all(_same(got[k], expected[k]) for k in expected)
+        return _type(got) is dict and sorted(got) == sorted(expected) and \
+            all(_same(got[k], expected[k]) for k in expected)
     if _type(expected) is _Tensor:
         if _type(got) is not _Tensor or got.shape != expected.shape or got.dtype != expected.dtype:
             return False
@@ -228,7 +229,7 @@ def _consistent(mistake, function, current):
         if id(mistake) not in agrees:
             try:
                 candidates = _variants(mistake, inputs)
-            except Exception:  # a variant that cannot run on those inputs tells nothing
+            except Exception:  # noqa: BLE001 - a variant that cannot run on those inputs tells nothing
                 candidates = []
             agrees[id(mistake)] = not candidates or any(_same(result, c) for c in candidates)
         if not agrees[id(mistake)]:
@@ -247,7 +248,7 @@ def diagnose(function, result, current=None, **inputs):
     for mistake in CATALOGUE.get(function, []):
         try:
             distances = [_distance(result, c) for c in _variants(mistake, inputs) if _same(result, c)]
-        except Exception:  # a variant that cannot run on these inputs does not match
+        except Exception:  # noqa: BLE001 - a variant that cannot run on these inputs does not match
             continue
         if distances and _consistent(mistake, function, current):
             matches.append((min(distances), mistake))

@@ -36,14 +36,14 @@ def blockwise(q, k, v, block_size, *, scale=True, rescale_l=True, rescale_acc=Tr
     """Attention over the keys block by block, with a running maximum m, sum l and output acc."""
     factor = 1.0 / math.sqrt(q.shape[-1]) if scale else 1.0
     m = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype)
-    l = _zeros((*q.shape[:-1], 1), dtype=q.dtype)
+    l = _zeros((*q.shape[:-1], 1), dtype=q.dtype)  # noqa: E741 - the chapter's running sum l
     acc = _zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
     for start in range(0, k.shape[-2], block_size):
         s = q @ k[..., start:start + block_size, :].transpose(-2, -1) * factor
         m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
         p = _exp(s - m_new)
         correction = _exp(m_new - m).nan_to_num(posinf=0.0) if inverted else _exp(m - m_new)
-        l = (l * correction if rescale_l else l) + p.sum(dim=-1, keepdim=True)
+        l = (l * correction if rescale_l else l) + p.sum(dim=-1, keepdim=True)  # noqa: E741
         acc = (acc * correction if rescale_acc else acc) + p @ v[..., start:start + block_size, :]
         m = m_new
     return acc / l if divide else acc

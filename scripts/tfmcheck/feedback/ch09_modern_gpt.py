@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from .catalogue import _arange, _matmul, _softmax, _sqrt, any_of, graded, mistake
+from .catalogue import _arange, _matmul, _softmax, _sqrt, graded, mistake
 from .families import SCALING
 
 RMS_LINE = "x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight"

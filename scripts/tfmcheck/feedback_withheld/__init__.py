@@ -7,6 +7,6 @@ Here ``For(...)`` and all it offers are inert (``tfmcheck.withheld``).
 from tfmcheck.withheld import WITHHELD
 
 
-def For(*args, **kwargs):   # noqa: N802 - the name the test cells use
+def For(*args, **kwargs):
     """The inert stand-in for ``tfmcheck.feedback.For``: its checks accept everything; the grader decides."""
     return WITHHELD
