@@ -29,21 +29,22 @@ import ctypes
 import os
 import signal
 import time
-from pathlib import Path
+
+import psutil
 
 OWNER_ENV = "TFMLIB_GRADER_OWNER"     # "<pid>:<start time>:<course root>" of the grader that started the kernel
 PR_SET_PDEATHSIG = 1
 
 
-def start_time(pid: int) -> int | None:
-    """The start time of process ``pid`` (clock ticks since boot), or None if there is no such process or it has
-    ended (a zombie): with the pid, it names a process even after the pid is reused."""
+def start_time(pid: int) -> float | None:
+    """The start time of process ``pid`` (seconds since the epoch, as psutil reads it from the kernel), or None if
+    there is no such process or it has ended (a zombie): with the pid, it names a process even after the pid is
+    reused."""
     try:
-        data = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
+        process = psutil.Process(pid)
+        return None if process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) else process.create_time()
+    except psutil.Error:
         return None
-    fields = data[data.rindex(b")") + 2:].split()
-    return None if fields[0] in (b"Z", b"X") else int(fields[19])
 
 
 def owner_tag(course: str | os.PathLike, pid: int | None = None) -> str:
@@ -52,15 +53,15 @@ def owner_tag(course: str | os.PathLike, pid: int | None = None) -> str:
     return f"{pid}:{start_time(pid)}:{os.path.realpath(course)}"
 
 
-def parse_owner(tag: str) -> tuple[int, int | None, str] | None:
+def parse_owner(tag: str) -> tuple[int, float | None, str] | None:
     try:
         pid, start, course = tag.split(":", 2)
-        return int(pid), (None if start == "None" else int(start)), course
+        return int(pid), (None if start == "None" else float(start)), course
     except ValueError:
         return None
 
 
-def alive(pid: int, start: int | None) -> bool:
+def alive(pid: int, start: float | None) -> bool:
     return start_time(pid) is not None and (start is None or start_time(pid) == start)
 
 
@@ -82,19 +83,17 @@ def die_with_grader() -> None:
 
 def environ_of(pid: int) -> dict[str, str]:
     try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
+        return psutil.Process(pid).environ()
+    except psutil.Error:
         return {}
-    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
 def describe(pid: int) -> str:
     """``pid uid command`` of a process (the command cut to 120 characters)."""
     try:
-        uid = Path(f"/proc/{pid}/status").read_text().split("\nUid:")[1].split()[0]
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except (OSError, IndexError):
+        process = psutil.Process(pid)
+        uid, cmd = process.uids().real, " ".join(process.cmdline())
+    except psutil.Error:
         return f"{pid}"
     return f"{pid} uid {uid} {cmd[:120]}"
 
@@ -103,12 +102,12 @@ def leftovers(course: str | os.PathLike) -> list[int]:
     """Processes started for a grader of ``course`` that is no longer running (its kernels' launchers,
     bwrap and unsandboxed kernels)."""
     course, found = os.path.realpath(course), []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+    for pid in psutil.pids():
+        if pid == os.getpid():
             continue
-        owner = parse_owner(environ_of(int(entry)).get(OWNER_ENV, ""))
+        owner = parse_owner(environ_of(pid).get(OWNER_ENV, ""))
         if owner is not None and owner[2] == course and not alive(owner[0], owner[1]):
-            found.append(int(entry))
+            found.append(pid)
     return sorted(found)
 
 
@@ -132,13 +131,8 @@ def end_leftovers(course: str | os.PathLike, wait: float = 5.0) -> list[str]:
 def kernel_processes(uids: tuple[int, int]) -> list[str]:
     """Every process whose real uid is in ``[uids[0], uids[1])`` (the sandboxes' uids), described."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            uid = int(Path(f"/proc/{entry}/status").read_text().split("\nUid:")[1].split()[0])
-        except (OSError, IndexError, ValueError):
-            continue
-        if uids[0] <= uid < uids[1]:
-            found.append(describe(int(entry)))
+    for process in psutil.process_iter(["uids"]):
+        uid = process.info["uids"].real if process.info["uids"] else None
+        if uid is not None and uids[0] <= uid < uids[1]:
+            found.append(describe(process.pid))
     return found
