@@ -5,6 +5,10 @@ These tests read the source (``ast``), so they see every import, also one inside
 """
 import ast
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +16,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"tfmlib": ROOT / "tfmlib", "tfmcheck": ROOT / "scripts" / "tfmcheck",
             "tfmgrader": ROOT / "scripts" / "tfmgrader"}
-ORDER = ["tfmlib", "tfmcheck", "tfmgrader"]       # a package may import only those before it
 TEACHING_LINES = 2850  # chapter 9 added tfmlib.modern, tfmlib.bpe and tfmlib.data.corpus (about 580 lines);
 #                        chapter 8 tfmlib.scaling.fit_chinchilla_many (its bootstrap of 1,000 resamples)
 
@@ -66,13 +69,27 @@ def test_the_teaching_library_is_small():
     assert lines < TEACHING_LINES, f"tfmlib has {lines} lines (budget {TEACHING_LINES})"
 
 
-@pytest.mark.parametrize("package", ORDER)
-def test_dependencies_point_one_way(package):
-    allowed = set(ORDER[:ORDER.index(package) + 1])
-    forbidden = set(ORDER) - allowed
-    for path in package_files(package):
-        for module, _, line in imports(ast.parse(path.read_text())):
-            assert top(module) not in forbidden, f"{path.relative_to(ROOT)}:{line} imports {module}"
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """import-linter's contracts of pyproject.toml (``[tool.importlinter]``) on the packages under ``root``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "scripts"), str(root)])}
+    return subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--config", str(ROOT / "pyproject.toml"),
+                           "--no-cache"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_dependencies_point_one_way():
+    done = lint_imports(ROOT)
+    assert done.returncode == 0 and "1 kept, 0 broken" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_the_layers_contract_fails_on_an_import_the_wrong_way(tmp_path):
+    """The contract can fail: the teaching library importing the grader (inside a function) breaks it."""
+    for name, folder in PACKAGES.items():
+        shutil.copytree(folder, tmp_path / folder.relative_to(ROOT), ignore=shutil.ignore_patterns("__pycache__"))
+    utils = tmp_path / "tfmlib" / "utils.py"
+    utils.write_text(utils.read_text() + "\n\ndef _wrong_way():\n    import tfmgrader.scan  # noqa: F401\n")
+    done = lint_imports(tmp_path)
+    assert done.returncode != 0 and "BROKEN" in done.stdout and "tfmlib.utils -> tfmgrader.scan" in done.stdout, \
+        done.stdout[-3000:]
 
 
 def test_no_module_uses_another_packages_private_names():
