@@ -12,7 +12,7 @@ def write_atomic(path: Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -30,3 +30,13 @@ def write_csv(path: Path, rows: list[dict], fields: list[str] | None = None) -> 
         writer.writeheader()
         writer.writerows(rows)
     os.replace(tmp, path)
+
+
+def render_template(name: str, **values) -> str:
+    """The page ``templates/reports/<name>`` (Jinja2, as nbgrader's own pages) filled with ``values``; every value
+    is escaped unless it is ``markupsafe.Markup``, and a name the template uses but ``values`` lacks is an error."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates") / "reports"),
+                             autoescape=True, undefined=jinja2.StrictUndefined)
+    return env.get_template(name).render(**values)

@@ -50,31 +50,10 @@ def review_rows(db_url: str) -> dict[str, list[dict]]:
 
 
 def render(rows: dict[str, list[dict]], base_url: str) -> str:
-    e = html.escape
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Flags: the grader's verdicts</title>"
-             f"<link rel='stylesheet' href='{e(base_url)}formgrader/static/node_modules/bootstrap/dist/css/"
-             "bootstrap.min.css'></head><body><div class='container-fluid'>"
-             "<h1>Flags and copy suspicions</h1>"
-             f"<p><a href='{e(base_url)}formgrader'>Formgrader</a> &middot; every submission that the grader did "
-             "not grade cleanly (flagged, timed out, crashed, invalid) or whose code copy detection flagged. "
-             "The gradebook marks each as flagged; the grader's reason is also the comment on its first answer "
-             "cell. A copy suspicion is the instructor's to review: the learner's feedback does not show it.</p>"]
-    if not rows:
-        parts.append("<p id='no-flags'>Nothing to review: no submission is flagged.</p>")
-    for assignment, items in rows.items():
-        parts.append(f"<h2>{e(assignment)} <small>{len(items)} to review</small></h2>"
-                     "<table class='table table-striped flags'><thead><tr><th>Student</th><th>Status</th>"
-                     "<th>Reason</th><th>Copy suspicion</th><th>Score</th><th></th></tr></thead><tbody>")
-        for r in items:
-            who = f"{e(r['name'])} ({e(r['student_id'])})" if r["name"] else e(r["student_id"])
-            link = (f"<a href='{e(base_url)}formgrader/submission/{e(r['notebook_id'])}'>grade</a>"
-                    if r["notebook_id"] else "")
-            score = f"{e(r['score'])} / {e(r['max_score'])}" if r["score"] != "" else ""
-            parts.append(f"<tr data-student='{e(r['student_id'])}'><td>{who}</td><td>{e(r['status'])}</td>"
-                         f"<td>{e(r['reason'])}</td><td>{e(r['similar_to'])}</td><td>{score}</td><td>{link}</td></tr>")
-        parts.append("</tbody></table>")
-    parts.append("</div></body></html>")
-    return "".join(parts)
+    """The page (``templates/reports/flags.html.j2``); every value from the gradebook is escaped."""
+    from tfmgrader.files import render_template
+
+    return render_template("flags.html.j2", rows=rows, base_url=base_url)
 
 
 class FlagsHandler(JupyterHandler):

@@ -150,11 +150,9 @@ def cached(fp: str) -> bool:
 
 def remember(fp: str, result: dict) -> None:
     try:
-        folder = cache_folder()
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{fp}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({**result, "time": time.time()}))
-        os.replace(tmp, folder / f"{fp}.json")
+        from tfmgrader.files import write_json
+
+        write_json(cache_folder() / f"{fp}.json", {**result, "time": time.time()})
     except OSError:
         pass                    # no cache: the next run checks again
 

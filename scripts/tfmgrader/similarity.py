@@ -688,10 +688,9 @@ def stored_site_units(book: Path) -> list[tuple[str, str, str, str, str]]:
         pass
     units = [(u.label, u.kind, u.function, u.source, u.normalised) for u in compute_site_units(book)]
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"key": key, "units": units}))
-        os.replace(tmp, path)
+        from tfmgrader.files import write_json
+
+        write_json(path, {"key": key, "units": units})
     except OSError:
         pass        # a read-only home: the units are computed again by the next process
     return units
@@ -994,50 +993,23 @@ def _highlighted(u: Unit, slices) -> str:
     return "".join(out)
 
 
-STYLE = """body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}td,th{border:1px solid #bbb;
-padding:.2em .5em;text-align:left}.pair{display:flex;gap:1em}.pair>div{flex:1;min-width:0}
-pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:85%}mark{background:#ffe08a}
-h2{margin-top:2em;border-top:1px solid #ccc;padding-top:1em}"""
-
-
 def write_html(path: Path, assignment: str, analysis: Analysis) -> int:
     """The flagged pairs of one assignment side by side; every text from a submission is escaped.
     Returns the number of flagged functions."""
-    e = html.escape
+    from markupsafe import Markup
+
+    from tfmgrader.files import render_template, write_atomic
+
     flagged = sorted((m for m in analysis.matches.values() if m.flagged), key=lambda m: (-m.similarity, m.student))
     total: dict[str, int] = {}
     short: dict[str, int] = {}
     for m in analysis.matches.values():
         total[m.function] = total.get(m.function, 0) + 1
         short[m.function] = short.get(m.function, 0) + (m.similarity is None)
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Similarity: {e(assignment)}</title>"
-             f"<style>{STYLE}</style></head><body><h1>Similar code in {e(assignment)}</h1>",
-             f"<p>{len(flagged)} graded function(s) of {len({m.student for m in analysis.matches.values()})} "
-             f"submission(s) share at least {THRESHOLD:.0%} of their normalised code with one source (tfmlib, "
-             "<code>solutions/</code>, the site, or another submission). This is a reason to look, not a verdict: "
-             "no score was changed. Similarity = the share of the function's tokens (names of its own variables "
-             "replaced, comments, docstrings and layout removed, the code every learner is given left out) "
-             f"found in {K}-token runs that the source also has.</p>"]
-    counted = [f"{f} ({n} of {total[f]})" for f, n in short.items() if n]
-    if counted:
-        parts.append(f"<p>Too short to attribute (fewer than {MIN_TOKENS} tokens of their own, where every correct "
-                     f"answer looks alike), never flagged: {e(', '.join(counted))}.</p>")
-    parts.append("<table><tr><th>submission</th><th>function</th><th>closest source</th><th>similarity</th>"
-                 "<th>other sources at the threshold or above</th></tr>")
-    for i, m in enumerate(flagged):
-        parts.append(f"<tr><td><a href='#p{i}'>{e(m.student)}</a></td><td>{e(m.function)}</td>"
-                     f"<td>{e(m.source.label)}</td><td>{m.similarity:.2f}</td>"
-                     f"<td>{e('; '.join(t.label for t in m.ties))}</td></tr>")
-    parts.append("</table>")
-    for i, m in enumerate(flagged):
-        parts.append(f"<h2 id='p{i}'>{e(m.student)}: {e(m.function)} ~ {e(m.source.label)} "
-                     f"({m.similarity:.0%})</h2><div class='pair'>"
-                     f"<div><h3>{e(m.student)}</h3><pre>{e(m.unit.source)}</pre>"
-                     f"<h4>normalised; shared runs marked</h4><pre>{_highlighted(m.unit, m.slices)}</pre></div>"
-                     f"<div><h3>{e(m.source.label)}</h3><pre>{e(m.source.source)}</pre>"
-                     f"<h4>normalised</h4><pre>{e(m.source.normalised)}</pre></div></div>")
-    parts.append("</body></html>")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("\n".join(parts), encoding="utf-8")
-    os.replace(tmp, path)
+    page = render_template(
+        "similarity.html.j2", assignment=assignment, flagged=flagged, threshold=THRESHOLD, k=K, min_tokens=MIN_TOKENS,
+        submissions=len({m.student for m in analysis.matches.values()}),
+        too_short=[f"{f} ({n} of {total[f]})" for f, n in short.items() if n],
+        marked=[Markup(_highlighted(m.unit, m.slices)) for m in flagged])     # escaped there, <mark> added
+    write_atomic(path, page)
     return len(flagged)
