@@ -273,8 +273,8 @@ def records(assignment: str, half: str, k: int, mode: str, cache: dict) -> list[
             for v in [u, *u.alternates]:
                 scored = []
                 for c in refs + [o[name] for s, o in units.items() if s != student and name in o]:
-                    if c.function and c.function != name:
-                        continue
+                    if c.function != name and (c.function or v.orphan) or (v.orphan and c.kind == "student"):
+                        continue        # an orphan: this exercise's own references only (similarity.analyse)
                     share, _ = fp.compare(v, c)
                     if share > 0:
                         right = want_code is not None and (c.label == want or c.normalised == want_code)
@@ -337,12 +337,14 @@ def decide(r: dict, threshold: float, min_tokens: int) -> tuple[float, str, bool
 
 
 def chosen_variant(r: dict, threshold: float, min_tokens: int) -> dict:
-    """The record as ``similarity.analyse`` judges it: of the unit the cells leave bound and the other code the
-    name may hold (``similarity.alternate_units``), the one flagged, else the most similar."""
+    """The record as ``similarity.analyse`` judges it: the unit the cells leave bound, unless it is not flagged and
+    some other code the name may hold (``similarity.alternate_units``) is: then the most similar of those."""
     def rank(size, scored):
         similarity = decide({"scored": scored}, threshold, min_tokens)[0] if size >= min_tokens else 0.0
         return (size >= min_tokens and similarity >= threshold, similarity)
-    best = max([(r["size"], r["scored"]), *r.get("variants", [])], key=lambda v: rank(*v))
+    main = (r["size"], r["scored"])
+    flagged = [v for v in r.get("variants", []) if rank(*v)[0]]
+    best = main if rank(*main)[0] or not flagged else max(flagged, key=lambda v: rank(*v))
     return {**r, "size": best[0], "scored": best[1]}
 
 

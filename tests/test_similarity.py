@@ -335,11 +335,57 @@ def test_mistakes_are_named_from_the_catalogue(tmp_path):
 
 
 STUB = "def scaled_dot_product_attention(q, k, v, mask=None):\n    return q, None\n"
+WRAPPER = "\n\n\ndef scaled_dot_product_attention(q, k, v, mask=None):\n    return {}\n"
+
+
+def _sdpa_def(source):
+    """(the cell's syntax tree, its scaled_dot_product_attention definition)."""
+    import ast
+    tree = ast.parse(source)
+    return tree, next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "scaled_dot_product_attention")
+
+
+def _padded(source):
+    """``try: pass / except Exception: pass`` before every statement of the function (round 25)."""
+    import ast
+    tree, fn = _sdpa_def(source)
+    pad = ast.parse("try:\n    pass\nexcept Exception:\n    pass\n").body[0]
+    fn.body = [s for stmt in fn.body for s in (pad, stmt)]
+    return ast.unparse(tree)
+
+
+def _moved(source, kind):
+    """The function's body moved into a module's forward, a class's __init__ or a function kept in a dict."""
+    import ast
+    tree, fn = _sdpa_def(source)
+    tree.body.remove(fn)
+    if kind == "dict-entry":
+        fn.name = "_impl"
+        return ast.unparse(tree) + "\n\n\n" + ast.unparse(fn) + "\n\n\n_IMPLS = {'attention': _impl}" + \
+            WRAPPER.format("_IMPLS['attention'](q, k, v, mask)")
+    fn.args.args.insert(0, ast.arg("self"))
+    if kind == "class-init":
+        fn.name = "__init__"
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Return):
+                node.__class__, node.targets = ast.Assign, [ast.parse("self.result").body[0].value]
+        call = "_Attention(q, k, v, mask).result"
+    else:
+        fn.name, call = "forward", "_Attention()(q, k, v, mask)"
+    body = "\n".join("    " + line for line in ast.unparse(fn).splitlines())
+    base = "(nn.Module)" if kind == "module-forward" else ""
+    return "from torch import nn\n" + ast.unparse(tree) + f"\n\n\nclass _Attention{base}:\n" + body + \
+        WRAPPER.format(call)
+
+
+ROUND_25 = {"try-pass-padding": _padded, "module-forward": lambda s: _moved(s, "module-forward"),
+            "class-init": lambda s: _moved(s, "class-init"), "dict-entry": lambda s: _moved(s, "dict-entry")}
 
 
 @pytest.mark.parametrize("hide", ["markdown", "raw", "indented", "prompts", "alias",
                                   "if-true", "decoy-after-error", "tuple", "methods", "second-notebook",
-                                  "marked-read-only", "percent-in-string"])
+                                  "marked-read-only", "percent-in-string",
+                                  "try-pass-padding", "module-forward", "class-init", "dict-entry"])
 def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     """Round 15 of the blind red team pasted the worked solution where copy detection did not read it, while the
     grader ran it: answer cells saved as Markdown or raw cells (nbgrader makes them code again), every line indented
@@ -348,8 +394,10 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     after a statement that raises, a tuple assignment, the bodies moved into a class's methods behind one-line
     wrappers, a second notebook of stubs read last.  Round 23: the answer cells' own nbgrader metadata marked
     read-only (copy detection trusted it, the kernel ran them), and the solution between two strings, one ending in
-    a ``%`` line, so that dropping magic lines before parsing read it as a string.  Each is found with the solution
-    as its source."""
+    a ``%`` line, so that dropping magic lines before parsing read it as a string.  Round 25: ``try: pass / except
+    Exception: pass`` before every statement, and the body moved where Python calls it without its name (a module's
+    ``forward``, a class's ``__init__``, a function kept in a dict).  Each is found with the solution as its
+    source."""
     import nbformat
 
     a = "03_self_attention"
@@ -382,6 +430,8 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
             cell.metadata["nbgrader"].update(locked=True, solution=False, grade=False)
         elif hide == "percent-in-string":
             source = "_note = \'\'\'answer\n%\'\'\'\n" + source + "\n_end = \'\'\'\n\'\'\'\n_x = 0  # \'\'\'\n"
+        elif hide in ROUND_25 and "def scaled_dot_product_attention(" in source:
+            source = ROUND_25[hide](source)
         elif hide == "methods" and "def scaled_dot_product_attention(" in source:
             body = source.replace("def scaled_dot_product_attention(q, k, v, mask=None):",
                                   "def attend(self, q, k, v, mask=None):")

@@ -464,6 +464,38 @@ def _useless(stmt: ast.stmt) -> bool:
     return False
 
 
+def _only_pass(body: list) -> bool:
+    return all(isinstance(s, ast.Pass) for s in body)
+
+
+def _unwrap(body: list[ast.stmt]) -> bool:
+    """Blocks that wrap code without changing what it computes, opened in place (round 25 padded a copy with
+    ``try: pass / except Exception: pass`` before every statement): a ``try`` whose handlers only pass, a
+    ``with``, an ``if`` on a constant, a loop over nothing (``for _ in ()``, ``while False``); a block left with
+    nothing but ``pass`` disappears."""
+    out, changed = [], False
+    for s in body:
+        if isinstance(s, ast.Try) and all(_only_pass(h.body) for h in s.handlers):
+            out += [t for t in s.body + s.orelse + s.finalbody if not isinstance(t, ast.Pass)]
+        elif isinstance(s, (ast.With, ast.AsyncWith)):
+            out += [t for t in s.body if not isinstance(t, ast.Pass)]
+        elif isinstance(s, ast.If) and isinstance(s.test, ast.Constant):
+            out += [t for t in (s.body if s.test.value else s.orelse) if not isinstance(t, ast.Pass)]
+        elif isinstance(s, (ast.For, ast.AsyncFor)) and isinstance(s.iter, (ast.Tuple, ast.List)) and not s.iter.elts:
+            out += [t for t in s.orelse if not isinstance(t, ast.Pass)]
+        elif isinstance(s, ast.While) and isinstance(s.test, ast.Constant) and not s.test.value:
+            out += [t for t in s.orelse if not isinstance(t, ast.Pass)]
+        elif isinstance(s, (ast.For, ast.AsyncFor, ast.While, ast.If)) and _only_pass(s.body) and _only_pass(s.orelse):
+            pass                                   # a loop or branch that does nothing
+        else:
+            out.append(s)
+            continue
+        changed = True
+    if changed:
+        body[:] = out or [ast.Pass()]
+    return changed
+
+
 def _loads_stores(tree: ast.AST) -> tuple[dict[str, int], dict[str, int]]:
     loads, stores = {}, {}
     for node in ast.walk(tree):
@@ -781,6 +813,7 @@ def simplify_function(func: ast.FunctionDef | ast.Module) -> None:
     for _ in range(MAX_ROUNDS):
         changed = _drop_dead(func, set(), module)
         for _, _, body in list(_blocks(func)):
+            changed |= _unwrap(body)
             changed |= _shape_unpack(body)
             changed |= _while_to_for(body, func)
             changed |= _merge_reassignments(body)

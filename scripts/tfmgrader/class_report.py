@@ -79,9 +79,15 @@ def write_class_reports(course: Path, assignment: str, out: Path, students: list
         written += [str(out / "similarity.csv"), str(out / "similarity.html")]
         print(f"copy detection: {flagged} graded function(s) flagged for review in {out / 'similarity.html'} "
               "(no score changed)")
-    except Exception as err:  # noqa: BLE001 - the report is extra; the grades stand without it
+    except Exception as err:  # noqa: BLE001 - the grades stand; every scored submission is flagged for review
         print(f"copy detection failed, grades.csv has no similarity ({type(err).__name__}: {err})")
         traceback.print_exc()
+        if db_url:
+            failed = {"similar_to": f"copy detection failed ({type(err).__name__}): review by hand", "similarity": ""}
+            try:
+                save_suspicions(db_url, assignment, {s: failed for s in scored(out / "grades.csv")})
+            except Exception as err2:  # noqa: BLE001
+                print(f"could not flag the class in the gradebook ({type(err2).__name__}: {err2})")
     if analysis is not None and db_url:
         try:
             save_suspicions(db_url, assignment, copy_suspicions(analysis, students, scored(out / "grades.csv")))

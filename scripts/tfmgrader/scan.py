@@ -649,6 +649,8 @@ class _Checker(ast.NodeVisitor):
         self.flags: list[Flag] = []
         self.stack: list[_Scope] = []
         self.annotation_depth = 0
+        self.called: set[int] = set()       # the callee expressions of the calls seen (visit_Call)
+        self.class_decorators: set[int] = set()     # a class statement's decorators (and the callee of @d(...))
         self.attribute_bases: set[int] = set()    # ids of Name/Attribute nodes used as the base of an attribute
 
     def flag(self, node, reason):
@@ -815,6 +817,7 @@ class _Checker(ast.NodeVisitor):
     def visit_ClassDef(self, node):
         self._check_store_name(node, node.name)
         for d in node.decorator_list:
+            self.class_decorators |= {id(d), id(d.func)} if isinstance(d, ast.Call) else {id(d)}
             self.visit(d)
         for base in node.bases:
             self.visit(base)
@@ -927,6 +930,7 @@ class _Checker(ast.NodeVisitor):
         return what[7:] if what.startswith("import:") else None
 
     def visit_Call(self, node):
+        self.called.add(id(node.func))
         callee = self._callee(node.func)
         if isinstance(node.func, ast.Attribute) and node.func.attr in ("format", "format_map"):
             template = node.func.value
@@ -975,6 +979,8 @@ class _Checker(ast.NodeVisitor):
             self._check_store_name(node, name)
             return
         where = self.resolve(name)
+        if self._binding(name) == "import:dataclasses.dataclass" and id(node) not in self.class_decorators:
+            self._dataclass_as_value(node)
         if self.stack[-1].kind == "class" and self.stack[-1].names.get(name) == "def" and where == "local" \
                 and not self.annotation_depth:
             self.flag(node, f"reads the method '{name}' in its class body (a method reached without its instance "
@@ -1075,6 +1081,11 @@ class _Checker(ast.NodeVisitor):
                 and self.ctx.class_members.get(base.id, {}).get(attr) == "plain":
             self.flag(node, f"reads the method '{attr}' through the class '{base.id}'; call it on an instance "
                             f"('{base.id}(...).{attr}(...)' or 'self.{attr}(...)'), so that its self is yours")
+        if self._dotted(node) == "dataclasses.dataclass" and id(node) not in self.class_decorators:
+            self._dataclass_as_value(node)
+        if attr in ("format", "format_map") and id(node) not in self.called:
+            self.flag(node, f"uses '.{attr}' as a value (a template given to it later reads attributes by name, "
+                            f"round 24: partial(str.format, t)); call it on a constant template, or use an f-string")
         path = self._dotted(node)
         self._check_type_only(node, path)
         self._check_attr_name(node, attr, path, module_root=path is not None)
@@ -1085,6 +1096,11 @@ class _Checker(ast.NodeVisitor):
             self._check_attr_store(node)
         self.attribute_bases.add(id(node.value))
         self.visit(node.value)
+
+    def _dataclass_as_value(self, node):
+        self.flag(node, "uses dataclass other than as the decorator of your own class statement (called on a "
+                        "class value it rewrites that class, a library's too, and writes code from its fields' "
+                        "names: round 24)")
 
     def _check_attr_name(self, node, attr, path, module_root):
         if attr == "__init__" and self._is_super_init(node):
@@ -1253,7 +1269,9 @@ class _Checker(ast.NodeVisitor):
         while isinstance(root, (ast.Attribute, ast.Subscript)):
             root = root.value
         name = root.id if isinstance(root, ast.Name) else None
-        if name == "self" and self.resolve("self") == "local":
+        # only the answer's own objects, as reads decide it (round 24: any local named 'self' was exempt, so
+        # 'self = dataclasses.fields(x)[0]; self.name = ...' rewrote a library object)
+        if name and name not in self.ctx.learner_classes and self._own_base(root):
             return
         if node.attr in ("requires_grad", "data", "grad") and name and self.resolve(name) in ("local", "module") \
                 and not self._dotted(node):

@@ -62,6 +62,7 @@ CANONICAL = True      # undo the disguises of canonical.py (False: the normalisa
 K = 20                # tokens per fingerprinted window
 THRESHOLD = 0.8       # share of a unit's tokens found in one source that flags it for review
 MIN_TOKENS = 74       # units shorter than this (outside the boilerplate) are not attributed
+MAX_DEFINITIONS = 120  # a submission defining more functions than this is flagged, not compared (class_report.UNREAD)
 PLACEHOLDER = "v"
 MAX_REORDER = 200     # blocks longer than this keep their order (the canonical order is quadratic)
 REPO = Path(__file__).resolve().parents[2]
@@ -297,6 +298,7 @@ class Unit:
     size: int = 0              # tokens outside the boilerplate
     spans: list = field(default_factory=list)
     alternates: list = field(default_factory=list)   # other code the name may hold when run (``alternate_units``)
+    orphan: bool = False       # an alternate no graded name reaches by any name (compared with its references only)
 
 
 _LINES: dict[int, tuple[str, list[str]]] = {}
@@ -404,9 +406,12 @@ def every_definition(cells: list[str]) -> tuple[dict[str, list[ast.AST]], dict[s
         for node in ast.walk(tree):
             found = []
             if isinstance(node, ast.ClassDef):
-                for item in node.body:
-                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                        item._method = True
+                methods = [item for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))]
+                for item in methods:
+                    item._method = True
+                # the class's name reaches every method: Python calls them itself (Module()(x) runs forward,
+                # Cls(...) runs __init__: round 25)
+                defs.setdefault(node.name, []).extend(methods)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 node._cell_source = clean
                 defs.setdefault(node.name, []).append(node)
@@ -426,10 +431,11 @@ def every_definition(cells: list[str]) -> tuple[dict[str, list[ast.AST]], dict[s
 
 
 def wide_unit(root: ast.AST, defs: dict[str, list[ast.AST]], graded: set[str], name: str,
-              limit: int = 40) -> list[ast.stmt]:
-    """``root`` and every function of ``defs`` it reaches by name or as a method (``obj.helper(...)``: round 17
-    moved the solution's bodies into methods behind one-line wrappers), graded functions other than ``name``
-    excepted; at most ``limit`` definitions."""
+              limit: int = 40, given: dict[str, set[str]] | None = None) -> list[ast.stmt]:
+    """``root`` and every function of ``defs`` it reaches: by name, as a method (``obj.helper(...)``: round 17
+    moved the solution's bodies into methods behind one-line wrappers), through a class's name (all its methods) or
+    a name bound to an expression that names functions (``given``: ``table = {"f": _impl}``, round 25); graded
+    functions other than ``name`` excepted; at most ``limit`` definitions."""
     out, seen, todo = [], set(), [root]
     while todo and len(out) < limit:
         node = todo.pop(0)
@@ -439,8 +445,16 @@ def wide_unit(root: ast.AST, defs: dict[str, list[ast.AST]], graded: set[str], n
         out.append(node)
         for sub in ast.walk(node):
             ref = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else None
-            if ref in defs and (ref not in graded or ref == name):
-                todo += [d for d in defs[ref] if id(d) not in seen]
+            refs, names = [], [ref]
+            while names:                    # the name, and what the names it is bound to hold, transitively
+                n = names.pop()
+                if n is None or n in refs:
+                    continue
+                refs.append(n)
+                names += sorted((given or {}).get(n, ()))
+            for r in refs:
+                if r in defs and (r not in graded or r == name):
+                    todo += [d for d in defs[r] if id(d) not in seen]
     return out
 
 
@@ -465,7 +479,11 @@ def alternate_units(label: str, cells: list[str], graded: list[str], main: dict[
     one unit for every definition the function's name may hold when they run otherwise (``every_definition``)."""
     defs, given = every_definition(cells)
     flat = cell_functions(cells)
-    out = {}
+    everything = list({id(d): d for ds in defs.values() for d in ds}.values())
+    if len(everything) > MAX_DEFINITIONS:
+        raise ValueError(f"{len(everything)} function definitions, more than copy detection compares "
+                         f"({MAX_DEFINITIONS})")
+    roots_of = {}
     for name in graded:
         names, todo = set(), [name]
         while todo:                        # the names whose functions this name may be given, transitively
@@ -473,15 +491,25 @@ def alternate_units(label: str, cells: list[str], graded: list[str], main: dict[
             if n not in names:
                 names.add(n)
                 todo += sorted(given.get(n, ()))
-        shown = {main[name].source} if name in main else set()
-        units, roots = [], []
+        roots = []
         for n in sorted(names):
             for root in defs.get(n, [])[:20]:
                 # the definition, and each function it reaches on its own (a helper or a method holding the copy,
                 # which the normalisation would drop as unused beside a one-line wrapper)
-                roots += [r for r in wide_unit(root, defs, set(graded), name) if r not in roots]
-        for root in roots[:40]:
-            statements = [_as_function(d) for d in wide_unit(root, defs, set(graded), name)]
+                roots += [r for r in wide_unit(root, defs, set(graded), name, given=given) if r not in roots]
+        roots_of[name] = roots
+    # A function no graded name reaches by any name (round 25 kept the copy in a dict filled by subscript, which
+    # following names cannot see) may be what a graded function calls: it is compared as each of them.
+    reached = {id(r) for roots in roots_of.values() for r in roots}
+    orphans = [d for d in everything if id(d) not in reached]
+    out = {}
+    for name in graded:
+        shown = {main[name].source} if name in main else set()
+        units = []
+        roots = roots_of[name] + [d for d in orphans if d.name == name or d.name not in graded]
+        for root in roots:
+            orphan = id(root) not in reached
+            statements = [_as_function(d) for d in wide_unit(root, defs, set(graded), name, given=given)]
             source = unit_source(statements)
             if source in shown:
                 continue
@@ -490,7 +518,7 @@ def alternate_units(label: str, cells: list[str], graded: list[str], main: dict[
                 text = normalise(statements, other_graded(name, flat, graded), name)
             except (SyntaxError, ValueError, RecursionError):
                 continue
-            units.append(Unit(label, "student", name, source, text))
+            units.append(Unit(label, "student", name, source, text, orphan=orphan))
         if units:
             out[name] = units
     return out
@@ -880,12 +908,18 @@ def analyse(students: dict[str, dict[str, Unit]], refs: list[Unit], graded: list
     matches = {}
     for student, units in students.items():
         for name, u in units.items():
-            found = [closest(u, refs + by_function[name], fp, min_tokens, threshold)]
-            for alt in u.alternates:       # other code the name may hold: the closest of them all counts
+            main = closest(u, refs + by_function[name], fp, min_tokens, threshold)
+            found = []
+            for alt in u.alternates:       # other code the name may hold: a flagged one counts
                 alt.label = u.label
                 fp.add(alt)
-                found.append(closest(alt, refs + by_function[name], fp, min_tokens, threshold))
-            matches[(student, name)] = max(found, key=lambda m: (m.flagged, m.similarity or 0.0))
+                # a function no graded name reaches: compared with this exercise's own references only (a helper
+                # the learner took from the site is not a copy of the exercise)
+                candidates = [r for r in refs if r.function == name] if alt.orphan else refs + by_function[name]
+                found.append(closest(alt, candidates, fp, min_tokens, threshold))
+            flagged = [m for m in found if m.flagged]
+            matches[(student, name)] = max(flagged, key=lambda m: m.similarity) if flagged and not main.flagged \
+                else main
     return Analysis(matches, graded, refs)
 
 
@@ -924,7 +958,12 @@ def analyse_class(course: Path, assignment: str, students: list[str], submitted:
                   source_dir: str = "solutions") -> Analysis:
     notebooks, graded, refs = references(course, assignment, source_dir=source_dir)
     instructor = instructor_cells(notebooks)
-    units = {s: submission_units(s, submitted / s / assignment, graded, instructor) for s in students}
+    units = {}
+    for s in students:
+        try:
+            units[s] = submission_units(s, submitted / s / assignment, graded, instructor)
+        except Exception:  # noqa: BLE001 - read as nothing: a scored submission is then flagged (class_report.UNREAD)
+            units[s] = {}
     return analyse(units, refs, graded, release_cells(notebooks))
 
 

@@ -231,5 +231,10 @@ class RecordVerdict(NbGraderPreprocessor):
             points = gradebook_scores(db_url, assignment, student)[0]
             save(db_url, assignment, student,
                  **copy_suspicions(analysis, [student], [student] if points and points > 0 else [])[student])
-        except Exception as err:  # noqa: BLE001 - the grade stands; the instructor's log says what failed
+        except Exception as err:  # noqa: BLE001 - the grade stands; the submission is flagged for review
             self.log.warning("copy detection failed for %s/%s: %s", student, assignment, err)
+            try:
+                save(db_url, assignment, student, similarity="",
+                     similar_to=f"copy detection failed ({type(err).__name__}): review by hand")
+            except Exception as err2:  # noqa: BLE001
+                self.log.warning("could not flag %s/%s: %s", student, assignment, err2)
