@@ -378,14 +378,33 @@ def _moved(source, kind):
         WRAPPER.format(call)
 
 
-ROUND_25 = {"try-pass-padding": _padded, "module-forward": lambda s: _moved(s, "module-forward"),
+def _split_through_list(source):
+    """Round 27: the solution cut into pieces too short to attribute, each put in a list by append and called as
+    _H[i](...): the function is flagged for review (its source: ``similarity.SPLIT``)."""
+    import ast
+    tree, fn = _sdpa_def(source)
+    tree.body.remove(fn)
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    pieces, calls = [], "q, k, v, mask"
+    for i, stmt in enumerate(body[:-1]):
+        pieces.append(f"def _p{i}(q, k, v, mask, scores=None, weights=None, d_k=None):\n"
+                      f"    {ast.unparse(stmt).replace(chr(10), chr(10) + '    ')}\n    return scores, weights, d_k\n\n"
+                      f"_H.append(_p{i})\n")
+    wrapper = "\n\n\ndef scaled_dot_product_attention(q, k, v, mask=None):\n    scores = weights = d_k = None\n"
+    wrapper += "".join(f"    scores, weights, d_k = _H[{i}]({calls}, scores, weights, d_k)\n" for i in range(len(pieces)))
+    wrapper += "    " + ast.unparse(body[-1]) + "\n"
+    return ast.unparse(tree) + "\n\n_H = []\n\n" + "\n".join(pieces) + wrapper
+
+
+ROUND_25 = {"split-through-list": _split_through_list, "try-pass-padding": _padded, "module-forward": lambda s: _moved(s, "module-forward"),
             "class-init": lambda s: _moved(s, "class-init"), "dict-entry": lambda s: _moved(s, "dict-entry")}
 
 
 @pytest.mark.parametrize("hide", ["markdown", "raw", "indented", "prompts", "alias",
                                   "if-true", "decoy-after-error", "tuple", "methods", "second-notebook",
                                   "marked-read-only", "percent-in-string",
-                                  "try-pass-padding", "module-forward", "class-init", "dict-entry"])
+                                  "try-pass-padding", "module-forward", "class-init", "dict-entry",
+                                  "split-through-list"])
 def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     """Round 15 of the blind red team pasted the worked solution where copy detection did not read it, while the
     grader ran it: answer cells saved as Markdown or raw cells (nbgrader makes them code again), every line indented
@@ -449,7 +468,8 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     assert "scaled_dot_product_attention" in units, (hide, sorted(units))
     analysis = sim.analyse({"student": units}, refs, graded, sim.release_cells(notebooks))
     match = analysis.matches[("student", "scaled_dot_product_attention")]
-    assert match.flagged and match.source.kind == "solution", (hide, match.similarity)
+    assert match.flagged and match.source.kind == ("split" if hide == "split-through-list" else "solution"), \
+        (hide, match.similarity)
 
 
 def test_a_scored_notebook_whose_graded_functions_copy_detection_cannot_read_is_flagged():
@@ -465,3 +485,26 @@ def test_a_scored_notebook_whose_graded_functions_copy_detection_cannot_read_is_
     found = copy_suspicions(analysis, ["honest", "hidden", "blank"], scored=["honest", "hidden"])
     assert found["hidden"]["similar_to"] == UNREAD
     assert found["honest"]["similar_to"] == "" and found["blank"]["similar_to"] == "", found
+
+
+@pytest.mark.slow
+def test_no_independent_answer_is_flagged_for_running_functions_it_does_not_name():
+    """The review flag of round 27 (``similarity.SPLIT``: a graded function that runs functions it does not call by
+    name) stays off honest work: no independent answer of the calibration corpus (styles, correct and wrong answers,
+    both halves) gets it."""
+    import similarity_calibration as cal
+
+    split, total = [], 0
+    for a in cal.ASSIGNMENTS:
+        notebooks, graded, refs = sim.references(cal.ROOT, a)
+        for half in cal.HALVES:
+            subs, expected = cal.build_class(a, graded, refs, half)
+            units = {}
+            for s, functions in subs.items():
+                if expected[s].role == "independent":
+                    cells = list(dict.fromkeys(functions.values()))
+                    units[s] = {n: u for n, u in sim.cell_units(s, cells, cells, graded).items() if n in functions}
+            analysis = sim.analyse(units, refs, graded, sim.release_cells(notebooks))
+            total += len(analysis.matches)
+            split += [key for key, m in analysis.matches.items() if m.source is sim.SPLIT]
+    assert total > 100 and split == [], split

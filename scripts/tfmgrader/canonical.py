@@ -1025,7 +1025,7 @@ def _positional(func: ast.AST, signatures: dict[str, ast.arguments]) -> None:
 
 
 def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] | None = None,
-                 contract: int | None = None) -> list[ast.stmt]:
+                 contract: int | None = None, keep_all: bool = False) -> list[ast.stmt]:
     """The unit's statements (modified in place and returned) with the disguises undone.  The first function
     is the unit's own; helpers it no longer calls after inlining are dropped.  ``inline``: more functions whose
     calls may be replaced by their bodies (the answer's other graded functions); they are not added.
@@ -1070,5 +1070,5 @@ def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] 
                 simplify_function(f)
         used = {n.id for f in funcs for n in ast.walk(f) if isinstance(n, ast.Name)}
         statements = [s for s in statements if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
-                      or s is main or s.name in used]
+                      or s is main or s.name in used or keep_all]
     return statements

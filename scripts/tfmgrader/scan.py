@@ -122,6 +122,9 @@ def is_ipython_name(name: str) -> bool:
 #: annotation, never call or hold: called, ``numpy.ndarray(shape, "O", buffer, offset)`` lays an array of object
 #: pointers over memory the answer chose, which forges any object, a module's globals included (round 12).
 TYPE_ONLY = {"numpy.ndarray"}
+#: Listed names an answer may only write as the decorator of its own class statement: called on a class value,
+#: ``dataclass`` rewrites that class (a library's too) and writes code from its fields' names (round 24).
+DECORATOR_ONLY = {"dataclasses.dataclass"}
 
 
 def _format_attributes(template: str) -> list[str]:
@@ -543,7 +546,7 @@ CLASS_DECORATORS_KEEPING_THE_CLASS = {"dataclass", "dataclasses.dataclass"}
 #: Library base classes whose instances the library itself calls the methods of, as ``self``: ``nn.Module`` calls
 #: ``forward`` on the instance.  (``autograd.Function`` calls ``forward`` through the class with a first argument of
 #: its choosing, round 8: a subclass of it is never the answer's own object.)
-OWN_BASES = {"torch.nn.Module", "nn.Module", "Module"}
+OWN_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}   # by what the name holds (own_classes)
 
 
 def plain_classes(trees) -> set[str]:
@@ -567,12 +570,37 @@ def own_classes(trees) -> set[str]:
     classes = {n.name: n for tree in trees for n in tree.body if isinstance(n, ast.ClassDef)}
     plain = plain_classes(trees)
 
+    imported: dict[str, set[str]] = {}
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    imported.setdefault(a.asname or a.name.split(".")[0], set()).add(
+                        a.name if a.asname else a.name.split(".")[0])
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for a in node.names:
+                    imported.setdefault(a.asname or a.name, set()).add(f"{node.module}.{a.name}")
+
+    def module_base(base) -> bool:
+        """``base`` is PyTorch's ``nn.Module`` by what its name holds, not by how it is spelled (round 26:
+        ``from torch.autograd import Function as Module``): its first name bound once, by one import, or the
+        setup cell's ``torch``."""
+        parts = ast.unparse(base).split(".")
+        if not all(p.isidentifier() for p in parts):
+            return False
+        if parts[0] in imported:
+            if len(imported[parts[0]]) != 1 or binding_count(trees, parts[0]) != 1:
+                return False
+            parts = [*next(iter(imported[parts[0]])).split("."), *parts[1:]]
+        elif parts[0] != "torch" or binding_count(trees, "torch"):
+            return False
+        return ".".join(parts) in OWN_BASES
+
     def own(name, seen=()) -> bool:
         if name not in plain or name in seen:
             return False
         for base in classes[name].bases:
-            text = ast.unparse(base)
-            if not (text in OWN_BASES or (isinstance(base, ast.Name) and own(base.id, (*seen, name)))):
+            if not (module_base(base) or (isinstance(base, ast.Name) and own(base.id, (*seen, name)))):
                 return False
         return True
 
@@ -979,7 +1007,7 @@ class _Checker(ast.NodeVisitor):
             self._check_store_name(node, name)
             return
         where = self.resolve(name)
-        if self._binding(name) == "import:dataclasses.dataclass" and id(node) not in self.class_decorators:
+        if self._binding(name)[7:] in DECORATOR_ONLY and id(node) not in self.class_decorators:
             self._dataclass_as_value(node)
         if self.stack[-1].kind == "class" and self.stack[-1].names.get(name) == "def" and where == "local" \
                 and not self.annotation_depth:
@@ -1081,7 +1109,7 @@ class _Checker(ast.NodeVisitor):
                 and self.ctx.class_members.get(base.id, {}).get(attr) == "plain":
             self.flag(node, f"reads the method '{attr}' through the class '{base.id}'; call it on an instance "
                             f"('{base.id}(...).{attr}(...)' or 'self.{attr}(...)'), so that its self is yours")
-        if self._dotted(node) == "dataclasses.dataclass" and id(node) not in self.class_decorators:
+        if self._dotted(node) in DECORATOR_ONLY and id(node) not in self.class_decorators:
             self._dataclass_as_value(node)
         if attr in ("format", "format_map") and id(node) not in self.called:
             self.flag(node, f"uses '.{attr}' as a value (a template given to it later reads attributes by name, "
@@ -1098,9 +1126,9 @@ class _Checker(ast.NodeVisitor):
         self.visit(node.value)
 
     def _dataclass_as_value(self, node):
-        self.flag(node, "uses dataclass other than as the decorator of your own class statement (called on a "
-                        "class value it rewrites that class, a library's too, and writes code from its fields' "
-                        "names: round 24)")
+        self.flag(node, "uses dataclasses.dataclass other than as the decorator of your own class statement "
+                        "(called on a class value it rewrites that class, a library's too, and writes code from its "
+                        "fields' names: round 24)")
 
     def _check_attr_name(self, node, attr, path, module_root):
         if attr == "__init__" and self._is_super_init(node):

@@ -66,6 +66,7 @@ MAX_DEFINITIONS = 120  # a submission defining more functions than this is flagg
 PLACEHOLDER = "v"
 MAX_REORDER = 200     # blocks longer than this keep their order (the canonical order is quadratic)
 REPO = Path(__file__).resolve().parents[2]
+HIDDEN_TESTS_RE = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[^\n]*\n?", re.S | re.M)
 SOLUTION_RE = re.compile(r"[ \t]*### BEGIN SOLUTION\n.*?### END SOLUTION[^\n]*\n?", re.S)
 
 
@@ -196,7 +197,7 @@ CONTRACTS: dict[str, int] = {}   # graded function -> its number of parameters i
 
 
 def normalise(code: str | list[ast.stmt], inline: dict[str, ast.FunctionDef] | None = None,
-              function: str = "") -> str:
+              function: str = "", keep_all: bool = False) -> str:
     """The normalised text of ``code`` (source text, or statements): no docstrings, comments or layout, the
     disguises of ``canonical.py`` undone (``inline``: other functions of the answer whose calls may be replaced
     by their bodies), every name it binds replaced by PLACEHOLDER (see the module's docstring)."""
@@ -208,7 +209,7 @@ def normalise(code: str | list[ast.stmt], inline: dict[str, ast.FunctionDef] | N
             node.body = _strip_docstring(node.body)
     if CANONICAL:
         canonical.Constants(bound_names(module)).visit(module)
-        module.body = canonical.canonicalise(module.body, inline, CONTRACTS.get(function))
+        module.body = canonical.canonicalise(module.body, inline, CONTRACTS.get(function), keep_all)
     bound = bound_names(module)
     _canonical(module, bound)
     _Renamer(bound).visit(module)
@@ -299,6 +300,8 @@ class Unit:
     spans: list = field(default_factory=list)
     alternates: list = field(default_factory=list)   # other code the name may hold when run (``alternate_units``)
     orphan: bool = False       # an alternate no graded name reaches by any name (compared with its references only)
+    pooled: bool = False       # the alternate that holds every function the name may reach, as one piece
+    indirect: bool = False     # an alternate the name reaches only through a container or a binding, not by name
 
 
 _LINES: dict[int, tuple[str, list[str]]] = {}
@@ -381,6 +384,20 @@ def function_units(label: str, kind: str, cells: list[str], graded: list[str]) -
     return units
 
 
+def module_given(cells: list[str]) -> dict[str, set[str]]:
+    """``every_definition``'s second half for the module's own names only (what top-level code binds or puts in a
+    container), not the local variables of functions, which share names across functions."""
+    tops = []
+    for tree, _ in parsed_cells(cells):
+        for stmt in tree.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                for d in stmt.decorator_list:       # @x.append puts the function in x
+                    tops.append(ast.Expr(ast.Call(d, [ast.Name(stmt.name, ast.Load())], [])))
+            else:
+                tops.append(stmt)
+    return every_definition([ast.unparse(ast.Module(tops, []))])[1] if tops else {}
+
+
 def every_definition(cells: list[str]) -> tuple[dict[str, list[ast.AST]], dict[str, set[str]]]:
     """Every function a submission defines, at any depth (inside ``if``/``try``/``with``/loops, methods of its
     classes, nested functions), by name; and, for each name, the names of functions any binding form gives it
@@ -425,9 +442,34 @@ def every_definition(cells: list[str]) -> tuple[dict[str, list[ast.AST]], dict[s
             elif isinstance(node, ast.withitem) and node.optional_vars is not None:
                 found = [(t.id, v.id) for t in ast.walk(node.optional_vars) if isinstance(t, ast.Name)
                          for v in ast.walk(node.context_expr) if isinstance(v, ast.Name)]
+            # what a container is given (round 27: functions put in a list by append and called as _H[0](...)):
+            # x += [f], x[k] = f, x.append(f) / insert / update / ... (STORING_METHODS), @x.append
+            if isinstance(node, ast.AugAssign) and isinstance(_root_name(node.target), str):
+                found += [(_root_name(node.target), v.id) for v in ast.walk(node.value) if isinstance(v, ast.Name)]
+            elif isinstance(node, ast.Assign):
+                found += [(_root_name(t), v.id) for t in node.targets if not isinstance(t, ast.Name)
+                          and _root_name(t) for v in ast.walk(node.value) if isinstance(v, ast.Name)]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _root_name(node.func) \
+                    and node.func.attr in STORING_METHODS:
+                found += [(_root_name(node.func), v.id) for a in [*node.args, *node.keywords]
+                          for v in ast.walk(a) if isinstance(v, ast.Name)]
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found += [(_root_name(d), node.name) for d in node.decorator_list if _root_name(d)]
             for target, value in found:
                 given.setdefault(target, set()).add(value)
     return defs, given
+
+
+#: Methods that put their arguments into the container they are called on (list, dict, set, deque).
+STORING_METHODS = {"append", "extend", "insert", "add", "update", "setdefault", "appendleft", "extendleft",
+                   "__setitem__", "fromkeys"}
+
+
+def _root_name(node: ast.AST) -> str | None:
+    """``x`` of ``x``, ``x[k]``, ``x.a.b``, ``x.append`` (and of the callee of ``x.f(...)`` used as a decorator)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def wide_unit(root: ast.AST, defs: dict[str, list[ast.AST]], graded: set[str], name: str,
@@ -478,12 +520,16 @@ def alternate_units(label: str, cells: list[str], graded: list[str], main: dict[
     """``{graded function: [Unit]}``: besides the unit the cells leave bound when every statement runs (``main``),
     one unit for every definition the function's name may hold when they run otherwise (``every_definition``)."""
     defs, given = every_definition(cells)
+    try:
+        top = module_given(cells)
+    except (SyntaxError, ValueError, RecursionError):
+        top = {}
     flat = cell_functions(cells)
     everything = list({id(d): d for ds in defs.values() for d in ds}.values())
     if len(everything) > MAX_DEFINITIONS:
         raise ValueError(f"{len(everything)} function definitions, more than copy detection compares "
                          f"({MAX_DEFINITIONS})")
-    roots_of = {}
+    roots_of, indirect_of = {}, {}
     for name in graded:
         names, todo = set(), [name]
         while todo:                        # the names whose functions this name may be given, transitively
@@ -498,6 +544,12 @@ def alternate_units(label: str, cells: list[str], graded: list[str], main: dict[
                 # which the normalisation would drop as unused beside a one-line wrapper)
                 roots += [r for r in wide_unit(root, defs, set(graded), name, given=given) if r not in roots]
         roots_of[name] = roots
+        # what it reaches only through a container or a binding of the module, not by any name it calls (round 27)
+        named = {id(r) for n in sorted(names) for root in defs.get(n, [])[:20]
+                 for r in wide_unit(root, defs, set(graded), name)}
+        through = {id(r) for n in sorted(names) for root in defs.get(n, [])[:20]
+                   for r in wide_unit(root, defs, set(graded), name, given=top)}
+        indirect_of[name] = through - named
     # A function no graded name reaches by any name (round 25 kept the copy in a dict filled by subscript, which
     # following names cannot see) may be what a graded function calls: it is compared as each of them.
     reached = {id(r) for roots in roots_of.values() for r in roots}
@@ -507,6 +559,17 @@ def alternate_units(label: str, cells: list[str], graded: list[str], main: dict[
         shown = {main[name].source} if name in main else set()
         units = []
         roots = roots_of[name] + [d for d in orphans if d.name == name or d.name not in graded]
+        # all of it as one piece, every function kept (round 27 cut a copy into pieces too short to attribute
+        # alone, each called only through a list): the share of it found in a source
+        pooled = [_as_function(d) for d in roots]
+        if len(pooled) > 1:
+            try:
+                units.append(Unit(label, "student", name, unit_source(pooled),
+                                  normalise(pooled, other_graded(name, flat, graded), name, keep_all=True),
+                                  pooled=True))
+                shown.add(units[-1].source)
+            except (SyntaxError, ValueError, RecursionError):
+                pass
         for root in roots:
             orphan = id(root) not in reached
             statements = [_as_function(d) for d in wide_unit(root, defs, set(graded), name, given=given)]
@@ -518,7 +581,8 @@ def alternate_units(label: str, cells: list[str], graded: list[str], main: dict[
                 text = normalise(statements, other_graded(name, flat, graded), name)
             except (SyntaxError, ValueError, RecursionError):
                 continue
-            units.append(Unit(label, "student", name, source, text, orphan=orphan))
+            units.append(Unit(label, "student", name, source, text, orphan=orphan,
+                              indirect=id(root) in indirect_of[name]))
         if units:
             out[name] = units
     return out
@@ -538,7 +602,7 @@ def notebook_cells(path: Path, learner_only: bool = False, instructor: set[str] 
     out = []
     for cell in nb.cells:
         if instructor is not None:
-            if cell.source not in instructor:
+            if cell.source.strip() not in instructor:
                 out.append(cell.source)
             continue
         meta = cell.metadata.get("nbgrader", {})
@@ -559,8 +623,8 @@ def instructor_cells(solution_notebooks: list[Path]) -> set[str]:
     for path in solution_notebooks:
         for cell in nbformat.read(path, as_version=4).cells:
             if not cell.metadata.get("nbgrader", {}).get("solution"):
-                out.add(cell.source)
-    return out
+                out |= {cell.source, HIDDEN_TESTS_RE.sub("", cell.source)}   # as released: hidden tests removed
+    return {text.strip() for text in out}
 
 
 def graded_functions(solution_notebooks: list[Path]) -> list[str]:
@@ -918,9 +982,25 @@ def analyse(students: dict[str, dict[str, Unit]], refs: list[Unit], graded: list
                 candidates = [r for r in refs if r.function == name] if alt.orphan else refs + by_function[name]
                 found.append(closest(alt, candidates, fp, min_tokens, threshold))
             flagged = [m for m in found if m.flagged]
+            if not flagged and not main.flagged and _split(u, min_tokens):
+                flagged = [Match(student, name, SPLIT, 0.0, True, u)]
             matches[(student, name)] = max(flagged, key=lambda m: m.similarity) if flagged and not main.flagged \
                 else main
     return Analysis(matches, graded, refs)
+
+
+#: The "source" of a graded function that runs functions it does not call by name (round 27: the solution cut into
+#: pieces too short to attribute, called through a list): flagged for review, since what the pieces add up to when
+#: run cannot be compared.
+SPLIT = Unit("functions it runs without naming them (through a container): review by hand", "split", "", "")
+
+
+def _split(u: Unit, min_tokens: int) -> bool:
+    """``u`` reaches functions it does not call by name (through a container or a binding), and what it reaches is
+    long enough to attribute: what the pieces add up to when run cannot be compared, so a person looks."""
+    pieces = [a for a in u.alternates if a.indirect]
+    whole = [a for a in u.alternates if a.pooled]
+    return bool(pieces) and bool(whole) and whole[0].size >= min_tokens
 
 
 def submission_units(student: str, folder: Path, graded: list[str], instructor: set[str]) -> dict[str, Unit]:
@@ -982,7 +1062,7 @@ def against_course(course: Path, assignment: str, student: str, cells: list[str]
         notebooks, graded, refs = references(course, assignment, source_dir=source_dir)
         _COURSE_REFERENCES[key] = (graded, refs, release_cells(notebooks), instructor_cells(notebooks))
     graded, refs, boilerplate, instructor = _COURSE_REFERENCES[key]
-    mine = [c for c in cells if c not in instructor]
+    mine = [c for c in cells if c.strip() not in instructor]
     return analyse({student: cell_units(student, mine, mine, graded)}, refs, graded, boilerplate)
 
 
