@@ -10,7 +10,7 @@ One list, read three ways:
 
 The teaching library (the ``tfmlib`` group) is not in the graded kernel at all (``tfmcheck.withheld``).
 
-This module imports torch and the standard library only, and changes nothing when imported.
+Importing it loads only the standard library and changes nothing; ``refuse`` imports ``tfmcheck.lockdown`` (torch).
 """
 from __future__ import annotations
 
