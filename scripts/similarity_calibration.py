@@ -276,6 +276,8 @@ def records(assignment: str, half: str, k: int, mode: str, cache: dict) -> list[
                     if c.function != name and (c.function or v.orphan) or (v.orphan and c.kind == "student"):
                         continue        # an orphan: this exercise's own references only (similarity.analyse)
                     share, _ = fp.compare(v, c)
+                    if c.kind != "student":          # a reference found whole, in order (similarity.closest)
+                        share = max(share, fp.reference_share(v, c))
                     if share > 0:
                         right = want_code is not None and (c.label == want or c.normalised == want_code)
                         scored.append((share, c.kind != "student", c.size, c.label, right))

@@ -285,10 +285,10 @@ def test_calibration_held_out_half_holds_its_numbers_and_the_guide_reports_them(
     from similarity_calibration import ASSIGNMENTS, totals
 
     t = totals(ASSIGNMENTS, "held-out", sim.K, sim.THRESHOLD, sim.MIN_TOKENS, "ast", {})
-    assert t["hand"] >= 31 and t["independent"] >= 49, t
-    # 21 of 31 today (68%, under issue 32's 90%, as the guide says): no fewer
-    assert t["hand_found"] >= 21, t["misses"]
-    # three of 49 today (6%, over the target of 2%: the price of the coverage floor, as the guide says): no more
+    assert t["hand"] >= 33 and t["independent"] >= 48, t
+    # 23 of 33 today (70%, under issue 32's 90%, as the guide says): no fewer
+    assert t["hand_found"] >= 23, t["misses"]
+    # three of 48 today (6%, over the target of 2%: the price of the coverage floor, as the guide says): no more
     assert t["false_positives"] <= 3, t["false"]
     guide = (ROOT / "book" / "appendix" / "grading.md").read_text()
     assert f"| held-out | {t['hand_found']} / {t['hand']} " in guide
@@ -396,7 +396,32 @@ def _split_through_list(source):
     return ast.unparse(tree) + "\n\n_H = []\n\n" + "\n".join(pieces) + wrapper
 
 
-ROUND_25 = {"split-through-list": _split_through_list, "try-pass-padding": _padded, "module-forward": lambda s: _moved(s, "module-forward"),
+def _values_wrapped(source, how):
+    """Round 29: every value the function assigns or returns passed through a helper of the answer's that returns
+    it from a branch (``_inlinable`` cannot inline it; "identity": it returns it on every path, "converting": it may
+    convert it, so the call stays): no 20-token run of the solution was left in one piece."""
+    import ast
+    tree, fn = _sdpa_def(source)
+    wrap = "_c"
+
+    class W(ast.NodeTransformer):
+        def visit_Assign(self, node):
+            node.value = ast.Call(ast.parse(wrap).body[0].value, [node.value], [])
+            return node
+
+        def visit_Return(self, node):
+            node.value = ast.Call(ast.parse(wrap).body[0].value, [node.value], [])
+            return node
+
+    W().visit(fn)
+    helper = {"identity": "def _c(x, note=None):\n    if note:\n        print(note)\n        return x\n    return x\n",
+              "converting": "def _c(x):\n    if x.dtype == torch.float16:\n        return x.float()\n    return x\n"}[how]
+    return helper + "\n\n" + ast.unparse(ast.fix_missing_locations(tree))
+
+
+ROUND_25 = {"identity-wrapped": lambda s: _values_wrapped(s, "identity"),
+            "converting-wrapped": lambda s: _values_wrapped(s, "converting"),
+            "split-through-list": _split_through_list, "try-pass-padding": _padded, "module-forward": lambda s: _moved(s, "module-forward"),
             "class-init": lambda s: _moved(s, "class-init"), "dict-entry": lambda s: _moved(s, "dict-entry")}
 
 
@@ -404,7 +429,7 @@ ROUND_25 = {"split-through-list": _split_through_list, "try-pass-padding": _padd
                                   "if-true", "decoy-after-error", "tuple", "methods", "second-notebook",
                                   "marked-read-only", "percent-in-string",
                                   "try-pass-padding", "module-forward", "class-init", "dict-entry",
-                                  "split-through-list"])
+                                  "split-through-list", "identity-wrapped", "converting-wrapped"])
 def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     """Round 15 of the blind red team pasted the worked solution where copy detection did not read it, while the
     grader ran it: answer cells saved as Markdown or raw cells (nbgrader makes them code again), every line indented
@@ -415,8 +440,8 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     read-only (copy detection trusted it, the kernel ran them), and the solution between two strings, one ending in
     a ``%`` line, so that dropping magic lines before parsing read it as a string.  Round 25: ``try: pass / except
     Exception: pass`` before every statement, and the body moved where Python calls it without its name (a module's
-    ``forward``, a class's ``__init__``, a function kept in a dict).  Each is found with the solution as its
-    source."""
+    ``forward``, a class's ``__init__``, a function kept in a dict).  Round 29: every value wrapped in a call that
+    returns it.  Each is found with the solution as its source."""
     import nbformat
 
     a = "03_self_attention"
@@ -470,6 +495,18 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     match = analysis.matches[("student", "scaled_dot_product_attention")]
     assert match.flagged and match.source.kind == ("split" if hide == "split-through-list" else "solution"), \
         (hide, match.similarity)
+
+
+def test_in_order_measures_what_of_the_reference_survives_insertions_not_rewriting():
+    """``similarity.in_order``: tokens inserted between the reference's (up to the gap) leave it whole; more
+    inserted, a rewritten half, or a unit that holds the tokens out of order do not."""
+    ref = "".join(chr(0x10000 + i) for i in range(60))
+    wrapped = "".join(t + "()"[: i % 3] for i, t in enumerate(ref))          # up to 2 tokens after each
+    assert sim.in_order(ref, wrapped, 20, 4) == 1.0
+    assert sim.in_order(ref, "".join(t + "#" * 5 for t in ref), 20, 4) == 0.0       # 5 > gap: no run
+    assert sim.in_order(ref, ref[:30] + "".join(reversed(ref[30:])), 20, 4) < 0.9  # half rewritten
+    assert sim.in_order(ref, ref[30:] + ref[:30], 20, 4) < 0.6       # both halves there, out of order
+    assert sim.in_order(ref, "", 20, 4) == 0.0
 
 
 def test_a_scored_notebook_whose_graded_functions_copy_detection_cannot_read_is_flagged():

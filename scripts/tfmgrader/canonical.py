@@ -21,12 +21,14 @@ the syntax tree of a unit (a function and the helpers it calls) into one form fo
   ``F.f(x, ...)`` and ``x.f(...)``; ``dim=`` given by name or position; ``x.size(i)`` and ``x.shape[i]``;
   ``b, t, d = x.shape`` and three subscripts; ``x += y`` and ``x = x + y``; ``a > b`` and ``b < a``;
   ``float("-inf")``, ``-math.inf`` and ``-torch.inf``; ``x.pow(2)``, ``torch.square(x)`` and ``x ** 2``;
-  ``1.0`` and ``1``; ``.contiguous()`` dropped; ``x.sin()`` and the other methods of ``METHOD_FORM``; a dimension
+  ``1.0`` and ``1``; ``.contiguous()``, ``.clone()`` and ``.detach()`` dropped; ``x.sin()`` and the other
+  methods of ``METHOD_FORM``; a dimension
   written as ``1`` or ``-1`` (``DIM``); ``x[:, None]`` and ``x.unsqueeze(1)``; ``torch.zeros((n, d))`` and
   ``torch.zeros(n, d)``; ``torch.double``, ``torch.float64``, ``x.double()`` and ``x.to(torch.float64)``; a
   ``permute`` that swaps two axes and ``transpose``; ``(g,) = f()`` and ``g = f()[0]``; ``mask == 0`` and
   ``~mask``; ``a, b = [f(w) for w in (u, v)]`` and ``a, b = f(u), f(v)``; the answer's own functions called
-  with their arguments by position.
+  with their arguments by position; a call of the answer's own helper that returns one of its parameters
+  unchanged on every path (``_identity_param``) and that parameter's argument.
 
 Independent statements are put in one order and the names the code binds replaced afterwards, by
 ``similarity.normalise``; ``commute`` then sorts the operands of ``+``, ``*``, ``&`` and ``|``.  Nothing here
@@ -320,6 +322,8 @@ class Spellings(ast.NodeTransformer):
             node.args = args = list(args[0].elts)     # torch.zeros((n, d)) -> torch.zeros(n, d)
         if name in ("torch.tensor", "torch.as_tensor") and len(args) == 1 and _constant_like(args[0]):
             return args[0]                        # torch.tensor(0.0) where a number would do
+        if name == "torch.as_tensor" and len(args) == 1 and not kw:
+            return args[0]                        # a tensor as it is (round 29 wrapped values in such calls)
         if name in ("torch.full_like",) and len(args) == 2:
             return args[1]
         if name in ("torch.zeros_like",) and len(args) == 1:
@@ -359,8 +363,8 @@ class Spellings(ast.NodeTransformer):
                                                 [ast.Constant(swap[0]), ast.Constant(swap[1])], []))
         if fn in MATMUL and len(args) == 1 and not kw:
             return ast.BinOp(obj, ast.MatMult(), args[0])
-        if fn == "contiguous" and not args and not kw:
-            return obj
+        if fn in ("contiguous", "clone", "detach") and not args and not kw:
+            return obj                                 # a copy of the same values (round 29 wrapped values in them)
         if fn == "size" and not kw:
             shape = self.visit_Attribute(ast.Attribute(obj, "shape", ast.Load()))
             return ast.Subscript(shape, args[0], ast.Load()) if len(args) == 1 else shape if not args else node
@@ -405,8 +409,32 @@ def _commutes(op) -> bool:
     return isinstance(op, (ast.Add, ast.Mult, ast.BitAnd, ast.BitOr))
 
 
+class _Unwrapped(ast.NodeTransformer):
+    """A call of the answer's own function (named ``own`` after renaming) read as its first argument."""
+
+    def __init__(self, own: str):
+        self.own = own
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id == self.own and node.args \
+                and not isinstance(node.args[0], ast.Starred):
+            return node.args[0]
+        return node
+
+
 class Commute(ast.NodeTransformer):
-    """The operands of ``+``, ``*``, ``&`` and ``|`` in the order of their text (run after renaming)."""
+    """The operands of ``+``, ``*``, ``&`` and ``|`` in the order of their text (run after renaming).  ``own``:
+    the name every function of the answer has after renaming; the order reads a call of one as its first
+    argument, so that wrapping an operand in a helper of one's own (round 29) does not change the order."""
+
+    def __init__(self, own: str | None = None):
+        self.own = own
+
+    def _key(self, node: ast.expr) -> str:
+        if self.own is None:
+            return ast.unparse(node)
+        return ast.unparse(_Unwrapped(self.own).visit(copy.deepcopy(node)))
 
     def visit_BinOp(self, node):
         self.generic_visit(node)
@@ -419,7 +447,7 @@ class Commute(ast.NodeTransformer):
                 todo += [n.left, n.right]
             else:
                 operands.append(n)
-        operands.sort(key=ast.unparse)
+        operands.sort(key=self._key)
         out = operands[0]
         for o in operands[1:]:
             out = ast.BinOp(out, type(node.op)(), o)
@@ -1007,6 +1035,60 @@ def _specialise(func: ast.FunctionDef, contract: int) -> None:
     func.body = [s for s in func.body if s is not None] or [ast.Pass()]
 
 
+def _identity_param(func: ast.AST) -> str | None:
+    """The parameter a function returns unchanged on every path, else None: ``def _c(x, tag=None): if tag is
+    None: return x / return x`` (round 29 wrapped every value of a copy in such a helper, which ``_inlinable``
+    cannot inline: it returns from a branch).  What else it does is not what its caller computes."""
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or func.decorator_list or not func.body \
+            or not isinstance(func.body[-1], ast.Return):
+        return None
+    a = func.args
+    params = {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs}
+    returned, stack = set(), list(func.body)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await, ast.Global, ast.Nonlocal)):
+            return None
+        if isinstance(n, ast.Return):
+            if not isinstance(n.value, ast.Name):
+                return None
+            returned.add(n.value.id)
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load) and n.id in params:
+            return None
+        stack.extend(ast.iter_child_nodes(n))
+    return returned.pop() if len(returned) == 1 and returned <= params else None
+
+
+def _drop_identities(funcs: list[ast.AST], main: ast.AST, more: list[ast.AST] = ()) -> None:
+    """Calls of the answer's identity helpers (``_identity_param``) replaced by the argument they return, in
+    ``funcs`` and ``more`` (the answer's other graded functions, which may be inlined)."""
+    identities = {}
+    for f in funcs:
+        p = _identity_param(f) if f is not main else None
+        if p is not None:
+            positional = [x.arg for x in f.args.posonlyargs + f.args.args]
+            identities[f.name] = (positional.index(p) if p in positional else None, p)
+
+    class T(ast.NodeTransformer):
+        def visit_Call(self, node):
+            self.generic_visit(node)
+            if isinstance(node.func, ast.Name) and node.func.id in identities:
+                index, p = identities[node.func.id]
+                if index is not None and index < len(node.args) and not any(
+                        isinstance(x, ast.Starred) for x in node.args[:index + 1]):
+                    return node.args[index]
+                named = [k.value for k in node.keywords if k.arg == p]
+                if named:
+                    return named[0]
+            return node
+
+    if identities:
+        for f in [*funcs, *more]:
+            T().visit(f)
+
+
 def _positional(func: ast.AST, signatures: dict[str, ast.arguments]) -> None:
     """Calls of the answer's own functions with their arguments by position: ``layer_norm(h, g, b, eps=eps)``
     and ``layer_norm(h, g, b, eps)`` are one call."""
@@ -1045,10 +1127,13 @@ def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] 
     for f in funcs:
         Spellings().visit(f)
         simplify_function(f)
-    extra = {}
-    for name, f in (inline or {}).items():
-        f = copy.deepcopy(f)
+    others = {name: copy.deepcopy(f) for name, f in (inline or {}).items()}
+    for f in others.values():
         Spellings().visit(f)
+    if funcs:             # after the spellings: ``return x.clone()`` is ``return x``
+        _drop_identities(funcs, funcs[0], list(others.values()))
+    extra = {}
+    for name, f in others.items():
         simplify_function(f)
         # only a one-line graded function (split_heads, merge_heads): a longer one is a unit of its own, and
         # a function that calls it (decoder_block calls layer_norm) is judged on its own code

@@ -32,6 +32,9 @@ How a function is compared
     (the solution, then tfmlib, then the site, at equal similarity: tfmlib's version of an exercise normalises to
     the solution's) when it reaches the threshold, since
     classmates who copied the same reference look alike because of it; else the closest of all.
+  * In order (round 29: every value of a copy wrapped in a helper call): against tfmlib's and the solution's
+    version of the same function, the similarity is also the share of that version the unit holds in order,
+    however many tokens were inserted between its own (``in_order``); it counts from ``IN_ORDER_THRESHOLD``.
   * A unit with fewer than ``MIN_TOKENS`` tokens outside the boilerplate (``causal_mask`` is one line) is too
     short to attribute: every correct answer looks alike.  It gets no similarity ("too short"), and a source
     that short is not compared either.
@@ -64,6 +67,8 @@ THRESHOLD = 0.8       # share of a unit's tokens found in one source that flags 
 MIN_TOKENS = 74       # units shorter than this (outside the boilerplate) are not attributed
 MAX_DEFINITIONS = 120  # a submission defining more functions than this is flagged, not compared (class_report.UNREAD)
 PLACEHOLDER = "v"
+IN_ORDER_GAP = 4      # tokens of the unit allowed between two consecutive tokens of a reference's run (in_order)
+IN_ORDER_THRESHOLD = 0.9   # share of a reference found in order in a unit that flags the unit
 MAX_REORDER = 200     # blocks longer than this keep their order (the canonical order is quadratic)
 REPO = Path(__file__).resolve().parents[2]
 HIDDEN_TESTS_RE = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[^\n]*\n?", re.S | re.M)
@@ -214,7 +219,7 @@ def normalise(code: str | list[ast.stmt], inline: dict[str, ast.FunctionDef] | N
     _canonical(module, bound)
     _Renamer(bound).visit(module)
     if CANONICAL:
-        canonical.Commute().visit(module)
+        canonical.Commute(PLACEHOLDER).visit(module)
     return ast.unparse(ast.fix_missing_locations(module))
 
 
@@ -296,6 +301,7 @@ class Unit:
     source: str                # the original text, as shown in the report
     normalised: str = ""
     fingerprint: object = None
+    encoded: str = ""          # the normalised tokens, one character each (Fingerprints.add)
     size: int = 0              # tokens outside the boilerplate
     spans: list = field(default_factory=list)
     alternates: list = field(default_factory=list)   # other code the name may hold when run (``alternate_units``)
@@ -883,6 +889,7 @@ class Fingerprints:
             if self.mode == "ast" else text
         u.fingerprint = CodeFingerprint(u.label, self.k, 1, boilerplate=self.boilerplate, filter=False,
                                         fp=io.StringIO(encoded))
+        u.encoded = encoded
         u.size = int(u.fingerprint.token_coverage)
         u.spans = spans
         return u
@@ -896,6 +903,73 @@ class Fingerprints:
             return 0.0, None
         _, (share, _), (slices, _) = compare_files(a.fingerprint, b.fingerprint)
         return float(min(share, 1.0)), slices
+
+
+    def reference_share(self, u: Unit, ref: Unit) -> float:
+        """``in_order(ref, u)`` when it reaches IN_ORDER_THRESHOLD, else 0 (our normalisation only).  Only a
+        reference written for the same function (tfmlib's and the solution's): a site's cell is any code, and a
+        short one may be found in order in a long answer of another function (an independent ``fit_power_law``
+        held the site's ``compute_optimal``, 0.98)."""
+        if self.mode != "ast" or not u.encoded or not ref.encoded or ref.function != u.function:
+            return 0.0
+        share = in_order(ref.encoded, u.encoded, self.k, IN_ORDER_GAP, IN_ORDER_THRESHOLD)
+        return share if share >= IN_ORDER_THRESHOLD else 0.0
+
+
+def _lcs_share(r: str, u: str) -> float:
+    """The longest common subsequence of ``r`` and ``u`` as a share of ``r`` (bit-parallel, one bit per token of
+    ``r``: Allison and Dix's recurrence)."""
+    if not r:
+        return 0.0
+    masks: dict[str, int] = {}
+    for i, t in enumerate(r):
+        masks[t] = masks.get(t, 0) | (1 << i)
+    full = (1 << len(r)) - 1
+    row = full
+    for t in u:
+        bits = masks.get(t)
+        if bits:
+            x = row & bits
+            row = ((row + x) | (row - x)) & full
+    return (len(r) - bin(row).count("1")) / len(r)
+
+
+def _run_coverage(r: str, u: str, k: int, gap: int) -> float:
+    """The share of ``r``'s tokens inside a run of ``k`` consecutive tokens of ``r`` that ``u`` holds in order
+    with at most ``gap`` other tokens between two of them.  For each token of ``r``, ``ends[l]`` has a bit for
+    every position of ``u`` where a run of ``l + 1`` tokens of ``r`` ending with it ends."""
+    at: dict[str, int] = {}
+    for j, t in enumerate(u):
+        at[t] = at.get(t, 0) | (1 << j)
+    covered, ends = set(), []
+    for i, t in enumerate(r):
+        here = at.get(t, 0)
+        new = [here] if here else []
+        for before in ends[:k - 1] if here else ():
+            reach = 0
+            for step in range(1, gap + 2):
+                reach |= before << step
+            before = here & reach
+            if not before:
+                break
+            new.append(before)
+        ends = new
+        if len(ends) >= k:
+            covered.update(range(i - k + 1, i + 1))
+    return len(covered) / len(r) if r else 0.0
+
+
+def in_order(r: str, u: str, k: int = K, gap: int = IN_ORDER_GAP, floor: float = 0.0) -> float:
+    """How much of the reference ``r`` (encoded tokens, one character each) the unit ``u`` holds in order, however
+    much it inserted between them: the smaller of the longest common subsequence (as a share of ``r``) and the
+    share of ``r`` in runs of ``k`` tokens found in ``u`` with at most ``gap`` tokens inserted between two of them.
+    Round 29 wrapped every value of a copied solution in a helper of its own (``_c(x)``): nothing of 20 tokens
+    was left in one piece, but the solution was all there, in order.  Below ``floor`` the longest common
+    subsequence is returned without the runs (they cannot raise it)."""
+    share = _lcs_share(r, u)
+    if share < floor:
+        return share
+    return min(share, _run_coverage(r, u, k, gap))
 
 
 @dataclass
@@ -923,6 +997,8 @@ def closest(u: Unit, candidates: list[Unit], fp: Fingerprints, min_tokens: int =
                 or c.size < min_tokens:
             continue
         share, slices = fp.compare(u, c)
+        if c.kind != "student" and share < threshold:     # a reference found whole, in order (round 29)
+            share = max(share, fp.reference_share(u, c))
         scored.append((share, c, slices))
     if not scored:
         return Match(u.label, u.function, None, 0.0, False, u)
