@@ -286,8 +286,8 @@ def test_calibration_held_out_half_holds_its_numbers_and_the_guide_reports_them(
 
     t = totals(ASSIGNMENTS, "held-out", sim.K, sim.THRESHOLD, sim.MIN_TOKENS, "ast", {})
     assert t["hand"] >= 33 and t["independent"] >= 48, t
-    # 23 of 33 today (70%, under issue 32's 90%, as the guide says): no fewer
-    assert t["hand_found"] >= 23, t["misses"]
+    # 25 of 33 today (76%, under issue 32's 90%, as the guide says): no fewer
+    assert t["hand_found"] >= 25, t["misses"]
     # three of 48 today (6%, over the target of 2%: the price of the coverage floor, as the guide says): no more
     assert t["false_positives"] <= 3, t["false"]
     guide = (ROOT / "book" / "appendix" / "grading.md").read_text()

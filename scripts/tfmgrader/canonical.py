@@ -1107,7 +1107,7 @@ def _positional(func: ast.AST, signatures: dict[str, ast.arguments]) -> None:
 
 
 def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] | None = None,
-                 contract: int | None = None, keep_all: bool = False) -> list[ast.stmt]:
+                 contract: int | None = None, keep_all: bool = False, inline_graded: bool = False) -> list[ast.stmt]:
     """The unit's statements (modified in place and returned) with the disguises undone.  The first function
     is the unit's own; helpers it no longer calls after inlining are dropped.  ``inline``: more functions whose
     calls may be replaced by their bodies (the answer's other graded functions); they are not added.
@@ -1137,7 +1137,8 @@ def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] 
         simplify_function(f)
         # only a one-line graded function (split_heads, merge_heads): a longer one is a unit of its own, and
         # a function that calls it (decoder_block calls layer_norm) is judged on its own code
-        if len(f.body) == 1 and isinstance(f.body[0], ast.Return) and f.body[0].value is not None \
+        # (``inline_graded``: every one, for the second reading of a reference, ``similarity.inlined_variants``)
+        if inline_graded or len(f.body) == 1 and isinstance(f.body[0], ast.Return) and f.body[0].value is not None \
                 and _size(f.body[0].value) <= MAX_GRADED_INLINE:
             extra[name] = f
     defs = {**extra, **{f.name: f for f in funcs}}

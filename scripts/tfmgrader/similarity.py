@@ -202,7 +202,7 @@ CONTRACTS: dict[str, int] = {}   # graded function -> its number of parameters i
 
 
 def normalise(code: str | list[ast.stmt], inline: dict[str, ast.FunctionDef] | None = None,
-              function: str = "", keep_all: bool = False) -> str:
+              function: str = "", keep_all: bool = False, inline_graded: bool = False) -> str:
     """The normalised text of ``code`` (source text, or statements): no docstrings, comments or layout, the
     disguises of ``canonical.py`` undone (``inline``: other functions of the answer whose calls may be replaced
     by their bodies), every name it binds replaced by PLACEHOLDER (see the module's docstring)."""
@@ -214,7 +214,7 @@ def normalise(code: str | list[ast.stmt], inline: dict[str, ast.FunctionDef] | N
             node.body = _strip_docstring(node.body)
     if CANONICAL:
         canonical.Constants(bound_names(module)).visit(module)
-        module.body = canonical.canonicalise(module.body, inline, CONTRACTS.get(function), keep_all)
+        module.body = canonical.canonicalise(module.body, inline, CONTRACTS.get(function), keep_all, inline_graded)
     bound = bound_names(module)
     _canonical(module, bound)
     _Renamer(bound).visit(module)
@@ -706,8 +706,9 @@ def tfmlib_units(graded: list[str]) -> list[Unit]:
             if name in defs:
                 statements = unit(name, defs, set(graded))
                 others = other_graded(name, defs, graded)
-                units.append(Unit(f"tfmlib/{path.name}: {name}", "tfmlib", name,
-                                  unit_source(statements, text), normalise(statements, others, name)))
+                u = Unit(f"tfmlib/{path.name}: {name}", "tfmlib", name, unit_source(statements, text),
+                         normalise(statements, others, name))
+                units += [u, *inlined_variants(u, defs, graded)]
     return units
 
 
@@ -715,10 +716,24 @@ def solution_units(solution_notebooks: list[Path], graded: list[str]) -> list[Un
     units = []
     for path in solution_notebooks:
         cells = notebook_cells(path, learner_only=True)
+        defs = cell_functions(cells)
         for name, u in function_units(f"solutions/{path.parent.name}: {{}}", "solution", cells, graded).items():
             u.label = u.label.format(name)
-            units.append(u)
+            units += [u, *inlined_variants(u, defs, graded)]
     return units
+
+
+def inlined_variants(u: Unit, defs: dict[str, ast.AST], graded: list[str]) -> list[Unit]:
+    """A reference read a second time with every other graded function it calls written out in it (the
+    normalisation inlines only one-line ones): a copy of the solution's ``decoder_block`` with the solution's
+    ``layer_norm`` written out by hand twice.  None when the reference calls no other graded function."""
+    statements = unit(u.function, defs, set(graded))
+    others = other_graded(u.function, defs, graded)
+    called = {n.id for s in statements for n in ast.walk(s) if isinstance(n, ast.Name)} & set(others)
+    if not called:
+        return []
+    text = normalise(statements, {g: others[g] for g in called}, u.function, inline_graded=True)
+    return [] if text == u.normalised else [Unit(u.label, u.kind, u.function, u.source, text)]
 
 
 CODE_CELL_RE = re.compile(r"^(`{3,}|~{3,})\{code-cell\}[^\n]*\n(.*?)^\1[ \t]*$", re.S | re.M)
