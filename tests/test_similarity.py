@@ -415,11 +415,60 @@ def _values_wrapped(source, how):
 
     W().visit(fn)
     helper = {"identity": "def _c(x, note=None):\n    if note:\n        print(note)\n        return x\n    return x\n",
-              "converting": "def _c(x):\n    if x.dtype == torch.float16:\n        return x.float()\n    return x\n"}[how]
+              "converting": "def _c(x):\n    if torch.is_tensor(x) and x.dtype == torch.float16:\n"
+                            "        return x.float()\n    return x\n"}[how]
     return helper + "\n\n" + ast.unparse(ast.fix_missing_locations(tree))
 
 
-ROUND_25 = {"identity-wrapped": lambda s: _values_wrapped(s, "identity"),
+def _boxed(source, holder):
+    """Round 32: every variable of the function (its parameters copied in first) kept in a slot of a holder,
+    ``x`` as ``S["x"]["_"]`` ("dict") or as ``S.x`` of a ``SimpleNamespace`` ("namespace"), by search and
+    replace."""
+    import ast
+    tree, fn = _sdpa_def(source)
+    names = {a.arg for a in fn.args.args} | {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
+                                             and isinstance(n.ctx, ast.Store)}
+    slot = (lambda n: f"S[{n!r}]['_']") if holder == "dict" else (lambda n: f"S.{n}")
+
+    class B(ast.NodeTransformer):
+        def visit_Name(self, node):
+            return ast.parse(slot(node.id)).body[0].value if node.id in names else node
+
+        def visit_Assign(self, node):
+            node.value = self.visit(node.value)
+            t = node.targets[0]
+            if holder == "dict" and isinstance(t, ast.Name) and t.id in names:
+                return ast.parse(f"S[{t.id!r}] = {{'_': {ast.unparse(node.value)}}}").body[0]
+            node.targets = [self.visit(x) for x in node.targets]
+            return node
+
+    doc = [st for st in fn.body[:1] if isinstance(st, ast.Expr)]
+    body = [B().visit(st) for st in fn.body[len(doc):]]
+    head = "S = {}\n" if holder == "dict" else "S = SimpleNamespace()\n"
+    head += "".join((f"S[{p.arg!r}] = {{'_': {p.arg}}}\n" if holder == "dict" else f"S.{p.arg} = {p.arg}\n")
+                    for p in fn.args.args)
+    fn.body = doc + ast.parse(head).body + body
+    return "from types import SimpleNamespace\n" + ast.unparse(ast.fix_missing_locations(tree))
+
+
+def _same_sdpa(original, disguised):
+    """The disguised cell's scaled_dot_product_attention returns what the original's does (a real copy)."""
+    import math
+
+    import torch
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    mask = torch.tensor([[True, False, True], [False] * 3, [True] * 3])
+    got = []
+    for text in (original, disguised):
+        ns = {"torch": torch, "math": math}
+        exec(text, ns)
+        got.append(ns["scaled_dot_product_attention"](q, k, v, mask))
+    assert all(torch.equal(a, b) for a, b in zip(*got)), "the disguise changed what the function computes"
+
+
+ROUND_25 = {"boxed-dict": lambda s: _boxed(s, "dict"), "boxed-namespace": lambda s: _boxed(s, "namespace"),
+            "identity-wrapped": lambda s: _values_wrapped(s, "identity"),
             "converting-wrapped": lambda s: _values_wrapped(s, "converting"),
             "split-through-list": _split_through_list, "try-pass-padding": _padded, "module-forward": lambda s: _moved(s, "module-forward"),
             "class-init": lambda s: _moved(s, "class-init"), "dict-entry": lambda s: _moved(s, "dict-entry")}
@@ -429,7 +478,8 @@ ROUND_25 = {"identity-wrapped": lambda s: _values_wrapped(s, "identity"),
                                   "if-true", "decoy-after-error", "tuple", "methods", "second-notebook",
                                   "marked-read-only", "percent-in-string",
                                   "try-pass-padding", "module-forward", "class-init", "dict-entry",
-                                  "split-through-list", "identity-wrapped", "converting-wrapped"])
+                                  "split-through-list", "identity-wrapped", "converting-wrapped",
+                                  "boxed-dict", "boxed-namespace"])
 def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     """Round 15 of the blind red team pasted the worked solution where copy detection did not read it, while the
     grader ran it: answer cells saved as Markdown or raw cells (nbgrader makes them code again), every line indented
@@ -441,7 +491,8 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     a ``%`` line, so that dropping magic lines before parsing read it as a string.  Round 25: ``try: pass / except
     Exception: pass`` before every statement, and the body moved where Python calls it without its name (a module's
     ``forward``, a class's ``__init__``, a function kept in a dict).  Round 29: every value wrapped in a call that
-    returns it.  Each is found with the solution as its source."""
+    returns it.  Round 32: every variable kept in a slot of a dict or a namespace.  Each is found with the
+    solution as its source, and each computes what the solution computes."""
     import nbformat
 
     a = "03_self_attention"
@@ -475,7 +526,9 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
         elif hide == "percent-in-string":
             source = "_note = \'\'\'answer\n%\'\'\'\n" + source + "\n_end = \'\'\'\n\'\'\'\n_x = 0  # \'\'\'\n"
         elif hide in ROUND_25 and "def scaled_dot_product_attention(" in source:
-            source = ROUND_25[hide](source)
+            original, source = source, ROUND_25[hide](source)
+            if hide.startswith(("boxed", "identity", "converting")):
+                _same_sdpa(original, source)
         elif hide == "methods" and "def scaled_dot_product_attention(" in source:
             body = source.replace("def scaled_dot_product_attention(q, k, v, mask=None):",
                                   "def attend(self, q, k, v, mask=None):")

@@ -830,12 +830,172 @@ def _fresh_params(func: ast.FunctionDef) -> None:
                         n.id = new
 
 
+def _slot_path(node: ast.AST) -> tuple[str, tuple] | None:
+    """``(name, keys)`` of ``S["x"][0].y``: a name followed by constant subscripts and attributes, else None."""
+    keys = []
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        if isinstance(node, ast.Attribute):
+            keys.append(node.attr)
+        elif isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, (str, int)):
+            keys.append(node.slice.value)
+        else:
+            return None
+        node = node.value
+    return (node.id, tuple(reversed(keys))) if isinstance(node, ast.Name) and keys else None
+
+
+def _slot_name(name: str, keys: tuple) -> str:
+    return "_slot_" + "_".join([name, *(str(k) for k in keys)])
+
+
+def _holder(value: ast.AST) -> bool:
+    """A value that is only somewhere to keep others: a container literal, or a call with nothing but keywords
+    (``{}``, ``dict(q=q)``, ``SimpleNamespace()``, ``Box()``)."""
+    if isinstance(value, ast.Dict):
+        return all(isinstance(k, ast.Constant) and isinstance(k.value, (str, int)) for k in value.keys)
+    if isinstance(value, (ast.List, ast.Tuple)):
+        return not any(isinstance(e, ast.Starred) for e in value.elts)
+    return isinstance(value, ast.Call) and not value.args and all(k.arg for k in value.keywords)
+
+
+def _held(value: ast.AST) -> list[tuple[tuple, ast.expr]]:
+    """``[(keys, value)]`` that a holder (``_holder``) is made with: ``{"x": {"_": e}}`` holds ``e`` at
+    ``("x", "_")``."""
+    if isinstance(value, ast.Dict) and _holder(value):
+        pairs = [(k.value, v) for k, v in zip(value.keys, value.values)]
+    elif isinstance(value, (ast.List, ast.Tuple)):
+        pairs = list(enumerate(value.elts))
+    elif isinstance(value, ast.Call) and _holder(value):
+        pairs = [(k.arg, k.value) for k in value.keywords]
+    else:
+        return []
+    out = []
+    for key, v in pairs:
+        inner = _held(v) if isinstance(v, (ast.Dict, ast.List, ast.Tuple)) and _holder(v) else []
+        out += [((key, *k), x) for k, x in inner] if inner else [((key,), v)]
+    return out
+
+
+def _updated(node: ast.AST) -> bool:
+    """``S.update({"x": e})`` or ``S.update(x=e)``: a holder given values by constant keys."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update" \
+        and isinstance(node.func.value, ast.Name) and ((not node.args and all(k.arg for k in node.keywords)) or (
+            len(node.args) == 1 and not node.keywords and isinstance(node.args[0], ast.Dict)
+            and _holder(node.args[0])))
+
+
+def _update_dict(call: ast.Call) -> ast.Dict:
+    if call.args:
+        return call.args[0]
+    return ast.Dict([ast.Constant(k.arg) for k in call.keywords], [k.value for k in call.keywords])
+
+
+def _flatten_slots(func: ast.FunctionDef) -> bool:
+    """Values kept in the slots of a holder rather than in variables, read back as variables (round 32 kept every
+    variable of the solution in ``S["x"]["_"]``): a name that the function stores into by constant keys
+    (``S["x"] = ...``, ``b.x = ...``) and otherwise only binds to a holder (``_holder``) and reads by constant
+    keys becomes one variable per slot, ``_slot_S_x__``; a holder literal stored is the values it holds, each
+    in its slot."""
+    stored = set()
+    for node in ast.walk(func):
+        path = _slot_path(node) if isinstance(node, (ast.Subscript, ast.Attribute)) else None
+        if path and isinstance(node.ctx, ast.Store):
+            stored.add(path[0])
+        if _updated(node):
+            stored.add(node.func.value.id)
+    candidates = set()
+    for name in stored:
+        ok = True
+        for node in ast.walk(func):
+            for child in ast.iter_child_nodes(node):
+                if not (isinstance(child, ast.Name) and child.id == name):
+                    continue
+                if isinstance(node, (ast.Subscript, ast.Attribute)) and node.value is child and \
+                        _slot_path(node) is not None:
+                    continue
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and node.targets[0] is child \
+                        and _holder(node.value):
+                    continue
+                ok = False
+        if ok:
+            candidates.add(name)
+    if not candidates:
+        return False
+    known = set()                                   # the slots stored: (name, keys)
+    for node in ast.walk(func):
+        if _updated(node) and node.func.value.id in candidates:
+            known |= {(node.func.value.id, k) for k, _ in _held(_update_dict(node))}
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for t in targets:
+            path = (t.id, ()) if isinstance(t, ast.Name) else _slot_path(t)
+            if path and path[0] in candidates:
+                held = _held(node.value) if isinstance(node, ast.Assign) and _holder(node.value) else []
+                known |= {(path[0], (*path[1], *k)) for k, _ in held}
+                if path[1] and not (held and not isinstance(node.value, ast.Call)):
+                    known.add(path)
+
+    class T(ast.NodeTransformer):
+        def visit_Expr(self, node):
+            if _updated(node.value) and node.value.func.value.id in candidates:
+                call = node.value
+                return self._expand(_held(self.visit(_update_dict(call))), call.func.value.id, ()) or None
+            self.generic_visit(node)
+            return node
+
+        def _expand(self, keys_values, name, prefix):
+            return [ast.Assign([ast.Name(_slot_name(name, (*prefix, *k)), ast.Store())], v, lineno=0)
+                    for k, v in keys_values]
+
+        def visit_Assign(self, node):
+            node.value = self.visit(node.value)
+            if len(node.targets) == 1:
+                t = node.targets[0]
+                if isinstance(t, ast.Name) and t.id in candidates:
+                    return self._expand(_held(node.value), t.id, ()) or None
+                path = _slot_path(t)
+                if path and path[0] in candidates:
+                    held = _held(node.value) if _holder(node.value) and not isinstance(node.value, ast.Call) else []
+                    if held:
+                        return self._expand(held, path[0], path[1])
+            node.targets = [self.visit(t) for t in node.targets]
+            return node
+
+        def _slot(self, node):
+            path = _slot_path(node)
+            if path and path[0] in candidates:      # the longest slot stored that the chain starts with
+                name, keys = path
+                for i in range(len(keys), 0, -1):
+                    if (name, keys[:i]) not in known:
+                        continue
+                    if i == len(keys):
+                        return ast.Name(_slot_name(name, keys), node.ctx)
+                    parent = node
+                    for _ in range(len(keys) - i - 1):
+                        parent = parent.value
+                    parent.value = ast.Name(_slot_name(name, keys[:i]), ast.Load())
+                    break
+            self.generic_visit(node)
+            return node
+
+        visit_Subscript = visit_Attribute = _slot
+
+    for _, _, body in list(_blocks(func)):
+        new = []
+        for st in body:
+            out = T().visit(st)
+            new += out if isinstance(out, list) else [] if out is None else [out]
+        body[:] = new or [ast.Pass()]
+    return True
+
+
 def simplify_function(func: ast.FunctionDef | ast.Module) -> None:
     """Dead code, shape unpacking, while loops and temporaries of one function, to a fixpoint.  Of a module
     (a code cell of the site) every name may be read by a later cell: only useless statements are dropped and
     only variables read once in it are inlined."""
     module = isinstance(func, ast.Module)
     if not module:
+        _flatten_slots(func)
         _fresh_params(func)
     params = set() if module else {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)}
     for _ in range(MAX_ROUNDS):
