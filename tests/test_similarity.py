@@ -467,7 +467,17 @@ def _same_sdpa(original, disguised):
     assert all(torch.equal(a, b) for a, b in zip(*got)), "the disguise changed what the function computes"
 
 
-ROUND_25 = {"boxed-dict": lambda s: _boxed(s, "dict"), "boxed-namespace": lambda s: _boxed(s, "namespace"),
+def _literals_rewritten(source):
+    """Round 33: every literal written as another expression of the same value, by search and replace: ``-1`` as
+    ``~0``, ``-2`` as ``~1``, ``"-inf"`` as ``"-infinity"``, ``0.0`` as ``-0.0``, ``keepdim`` by position."""
+    text = source.replace("dim=-1, keepdim=True", "-1, True").replace("dim=-1", "-1")
+    for old, new in (("-2", "~1"), ("-1", "~0"), ('"-inf"', '"-infinity"'), ("0.0", "-0.0")):
+        text = text.replace(old, new)
+    assert text != source
+    return text
+
+
+ROUND_25 = {"literals-rewritten": _literals_rewritten, "boxed-dict": lambda s: _boxed(s, "dict"), "boxed-namespace": lambda s: _boxed(s, "namespace"),
             "identity-wrapped": lambda s: _values_wrapped(s, "identity"),
             "converting-wrapped": lambda s: _values_wrapped(s, "converting"),
             "split-through-list": _split_through_list, "try-pass-padding": _padded, "module-forward": lambda s: _moved(s, "module-forward"),
@@ -479,7 +489,7 @@ ROUND_25 = {"boxed-dict": lambda s: _boxed(s, "dict"), "boxed-namespace": lambda
                                   "marked-read-only", "percent-in-string",
                                   "try-pass-padding", "module-forward", "class-init", "dict-entry",
                                   "split-through-list", "identity-wrapped", "converting-wrapped",
-                                  "boxed-dict", "boxed-namespace"])
+                                  "boxed-dict", "boxed-namespace", "literals-rewritten"])
 def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     """Round 15 of the blind red team pasted the worked solution where copy detection did not read it, while the
     grader ran it: answer cells saved as Markdown or raw cells (nbgrader makes them code again), every line indented
@@ -491,7 +501,8 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     a ``%`` line, so that dropping magic lines before parsing read it as a string.  Round 25: ``try: pass / except
     Exception: pass`` before every statement, and the body moved where Python calls it without its name (a module's
     ``forward``, a class's ``__init__``, a function kept in a dict).  Round 29: every value wrapped in a call that
-    returns it.  Round 32: every variable kept in a slot of a dict or a namespace.  Each is found with the
+    returns it.  Round 32: every variable kept in a slot of a dict or a namespace.  Round 33: the literals written
+    as other expressions of the same value.  Each is found with the
     solution as its source, and each computes what the solution computes."""
     import nbformat
 
@@ -527,7 +538,7 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
             source = "_note = \'\'\'answer\n%\'\'\'\n" + source + "\n_end = \'\'\'\n\'\'\'\n_x = 0  # \'\'\'\n"
         elif hide in ROUND_25 and "def scaled_dot_product_attention(" in source:
             original, source = source, ROUND_25[hide](source)
-            if hide.startswith(("boxed", "identity", "converting")):
+            if hide.startswith(("boxed", "identity", "converting", "literals")):
                 _same_sdpa(original, source)
         elif hide == "methods" and "def scaled_dot_product_attention(" in source:
             body = source.replace("def scaled_dot_product_attention(q, k, v, mask=None):",

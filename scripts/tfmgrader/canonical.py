@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import ast
 import copy
+import math
+import operator
 
 MAX_ROUNDS = 20          # fixpoint iterations of the statement passes
 MAX_INLINE_DEPTH = 3     # helpers inlined through at most this many levels
@@ -71,6 +73,7 @@ SIZED = {"torch.zeros", "torch.ones", "torch.empty", "torch.rand", "torch.randn"
 SIZED_METHODS = {"view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_empty"}
 DIM_FIRST = {"softmax", "log_softmax", "sum", "mean", "amax", "amin", "argsort", "any", "all", "cumsum", "var",
              "std", "max", "min", "argmax", "argmin", "unsqueeze", "squeeze", "logsumexp", "count_nonzero"}
+KEEPDIM_SECOND = {"sum", "mean", "amax", "amin", "any", "all", "logsumexp", "prod", "nansum", "nanmean"}
 NO_EFFECT_CALLS = {"print", "display", "breakpoint"}
 
 
@@ -117,6 +120,74 @@ def _constant_like(node: ast.AST) -> bool:
 def _inf(negative: bool) -> ast.expr:
     name = ast.Name("INF", ast.Load())
     return ast.UnaryOp(ast.USub(), name) if negative else name
+
+
+def _number(node: ast.AST):
+    """The value of a literal number (bools excepted), else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return node.value
+    return None
+
+
+def _literal(value) -> ast.expr:
+    """A number as the parser writes it: ``-1`` is minus one, ``-0.0`` is ``0.0``, an infinite float ``INF``."""
+    if isinstance(value, float) and math.isinf(value):
+        return _inf(value < 0)
+    if value == 0:
+        return ast.Constant(type(value)(0))
+    return ast.UnaryOp(ast.USub(), ast.Constant(-value)) if value < 0 else ast.Constant(value)
+
+
+class LiteralValues(ast.NodeTransformer):
+    """Expressions of literals replaced by their value (round 33 wrote ``-1`` as ``~0``, ``-2`` as ``~1``,
+    ``float("-inf")`` as ``float("-infinity")`` and ``0.0`` as ``-0.0``): unary and binary arithmetic on numbers,
+    ``float(...)``/``int(...)`` of a number or a string, in the form the parser gives a number."""
+
+    UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
+    BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+
+    @staticmethod
+    def _value(node):
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            inner = _number(node.operand)
+            return None if inner is None else -inner
+        return _number(node)
+
+    def _fold(self, node, compute):
+        try:
+            value = compute()
+        except (ArithmeticError, TypeError, ValueError):
+            return node
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, int) and
+                                                                             abs(value) > 2 ** 64):
+            return node
+        return _literal(value) if not (isinstance(value, float) and math.isnan(value)) else node
+
+    def visit_UnaryOp(self, node):
+        self.generic_visit(node)
+        v = _number(node.operand)
+        op = self.UNARY.get(type(node.op))
+        if v is None or op is None or (isinstance(node.op, ast.Invert) and not isinstance(v, int)):
+            return node
+        return self._fold(node, lambda: op(v))
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        a, b = self._value(node.left), self._value(node.right)
+        op = self.BINARY.get(type(node.op))
+        if a is None or b is None or op is None or (isinstance(node.op, ast.Pow) and (abs(b) > 64 or abs(a) > 1e6)):
+            return node
+        return self._fold(node, lambda: op(a, b))
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id in ("float", "int") and len(node.args) == 1 \
+                and not node.keywords and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, (str, int, float)) and not isinstance(node.args[0].value, bool):
+            cast = float if node.func.id == "float" else int
+            return self._fold(node, lambda: cast(node.args[0].value))
+        return node
 
 
 class Constants(ast.NodeTransformer):
@@ -392,6 +463,9 @@ class Spellings(ast.NodeTransformer):
                     and isinstance(b.value, int) and a.value > b.value:
                 node.args = [b, a]
             return node
+        if fn in KEEPDIM_SECOND and len(args) == 2 and not any(k.arg == "keepdim" for k in kw):
+            node.args, node.keywords = args[:1], [*kw, ast.keyword("keepdim", args[1])]   # x.sum(-1, True)
+            args, kw = node.args, node.keywords
         if fn in DIM_FIRST and not args:
             dims = [k for k in kw if k.arg == "dim"]
             if dims:
@@ -1273,6 +1347,8 @@ def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] 
     calls may be replaced by their bodies (the answer's other graded functions); they are not added.
     ``contract``: the number of parameters of the exercise's signature; the first function's others are fixed at
     their defaults (``_specialise``)."""
+    for st in statements:
+        LiteralValues().visit(st)
     funcs = [s for s in statements if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))]
     if len(funcs) < len(statements):                # a code cell: its own statements too
         rest = ast.Module([s for s in statements if s not in funcs], [])
@@ -1289,6 +1365,7 @@ def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] 
         simplify_function(f)
     others = {name: copy.deepcopy(f) for name, f in (inline or {}).items()}
     for f in others.values():
+        LiteralValues().visit(f)
         Spellings().visit(f)
     if funcs:             # after the spellings: ``return x.clone()`` is ``return x``
         _drop_identities(funcs, funcs[0], list(others.values()))
