@@ -477,7 +477,19 @@ def _literals_rewritten(source):
     return text
 
 
-ROUND_25 = {"literals-rewritten": _literals_rewritten, "boxed-dict": lambda s: _boxed(s, "dict"), "boxed-namespace": lambda s: _boxed(s, "namespace"),
+def _operators_as_methods(source):
+    """Round 34: operators and idioms written as the tensor methods that compute them, by search and replace:
+    ``x.masked_fill(~m, c)`` as ``x.where(m, c)``, ``a / b`` as ``a.div(b)``, ``m is not None`` as
+    ``None is not m``."""
+    import re
+    text = re.sub(r"\.masked_fill\(~(\w+(?:\.any\([^)]*\))?), ", r".where(\1, ", source)
+    text = text.replace("q @ k.transpose(-2, -1) / math.sqrt(d_k)", "(q @ k.transpose(-2, -1)).div(math.sqrt(d_k))")
+    text = text.replace("if mask is not None:", "if None is not mask:")
+    assert text.count(".where(") == 3 and ".div(" in text and "None is not" in text, text
+    return text
+
+
+ROUND_25 = {"operators-as-methods": _operators_as_methods, "literals-rewritten": _literals_rewritten, "boxed-dict": lambda s: _boxed(s, "dict"), "boxed-namespace": lambda s: _boxed(s, "namespace"),
             "identity-wrapped": lambda s: _values_wrapped(s, "identity"),
             "converting-wrapped": lambda s: _values_wrapped(s, "converting"),
             "split-through-list": _split_through_list, "try-pass-padding": _padded, "module-forward": lambda s: _moved(s, "module-forward"),
@@ -489,7 +501,8 @@ ROUND_25 = {"literals-rewritten": _literals_rewritten, "boxed-dict": lambda s: _
                                   "marked-read-only", "percent-in-string",
                                   "try-pass-padding", "module-forward", "class-init", "dict-entry",
                                   "split-through-list", "identity-wrapped", "converting-wrapped",
-                                  "boxed-dict", "boxed-namespace", "literals-rewritten"])
+                                  "boxed-dict", "boxed-namespace", "literals-rewritten",
+                                  "operators-as-methods"])
 def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     """Round 15 of the blind red team pasted the worked solution where copy detection did not read it, while the
     grader ran it: answer cells saved as Markdown or raw cells (nbgrader makes them code again), every line indented
@@ -502,7 +515,7 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     Exception: pass`` before every statement, and the body moved where Python calls it without its name (a module's
     ``forward``, a class's ``__init__``, a function kept in a dict).  Round 29: every value wrapped in a call that
     returns it.  Round 32: every variable kept in a slot of a dict or a namespace.  Round 33: the literals written
-    as other expressions of the same value.  Each is found with the
+    as other expressions of the same value.  Round 34: operators written as tensor methods.  Each is found with the
     solution as its source, and each computes what the solution computes."""
     import nbformat
 
@@ -538,7 +551,7 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
             source = "_note = \'\'\'answer\n%\'\'\'\n" + source + "\n_end = \'\'\'\n\'\'\'\n_x = 0  # \'\'\'\n"
         elif hide in ROUND_25 and "def scaled_dot_product_attention(" in source:
             original, source = source, ROUND_25[hide](source)
-            if hide.startswith(("boxed", "identity", "converting", "literals")):
+            if hide.startswith(("boxed", "identity", "converting", "literals", "operators")):
                 _same_sdpa(original, source)
         elif hide == "methods" and "def scaled_dot_product_attention(" in source:
             body = source.replace("def scaled_dot_product_attention(q, k, v, mask=None):",

@@ -73,6 +73,8 @@ SIZED = {"torch.zeros", "torch.ones", "torch.empty", "torch.rand", "torch.randn"
 SIZED_METHODS = {"view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_empty"}
 DIM_FIRST = {"softmax", "log_softmax", "sum", "mean", "amax", "amin", "argsort", "any", "all", "cumsum", "var",
              "std", "max", "min", "argmax", "argmin", "unsqueeze", "squeeze", "logsumexp", "count_nonzero"}
+ARITHMETIC = {"add": ast.Add, "sub": ast.Sub, "subtract": ast.Sub, "mul": ast.Mult, "multiply": ast.Mult,
+              "div": ast.Div, "divide": ast.Div, "true_divide": ast.Div}     # x.div(y), torch.div(x, y): x / y
 KEEPDIM_SECOND = {"sum", "mean", "amax", "amin", "any", "all", "logsumexp", "prod", "nansum", "nanmean"}
 NO_EFFECT_CALLS = {"print", "display", "breakpoint"}
 
@@ -311,6 +313,9 @@ class Spellings(ast.NodeTransformer):
             flip = {ast.Gt: ast.Lt, ast.GtE: ast.LtE}.get(type(node.ops[0]))
             if flip is not None:
                 return ast.Compare(node.comparators[0], [flip()], [node.left])
+            if isinstance(node.ops[0], (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)) and isinstance(node.left, ast.Constant) \
+                    and not isinstance(node.comparators[0], ast.Constant):     # None is not mask -> mask is not None
+                node = ast.Compare(node.comparators[0], node.ops, [node.left])
             right = node.comparators[0]
             if isinstance(node.ops[0], (ast.Eq, ast.Is)) and isinstance(right, ast.Constant) \
                     and (right.value is False or (right.value == 0 and type(right.value) is int)):  # mask == 0
@@ -413,6 +418,8 @@ class Spellings(ast.NodeTransformer):
                 return ast.BinOp(args[0], ast.MatMult(), args[1])
             if fn == "sqrt" and len(args) == 1 and not kw:
                 return _pow(args[0], 0.5)
+            if fn in ARITHMETIC and len(args) == 2 and not kw and module != "math":
+                return self.visit_BinOp(ast.BinOp(args[0], ARITHMETIC[fn](), args[1]))
             if fn in METHOD_FORM and module != "math":
                 return self.visit_Call(ast.Call(ast.Attribute(args[0], fn, ast.Load()), args[1:], kw))
             return node
@@ -434,6 +441,11 @@ class Spellings(ast.NodeTransformer):
                                                 [ast.Constant(swap[0]), ast.Constant(swap[1])], []))
         if fn in MATMUL and len(args) == 1 and not kw:
             return ast.BinOp(obj, ast.MatMult(), args[0])
+        if fn in ARITHMETIC and len(args) == 1 and not kw:       # round 34: x.div(y)
+            return self.visit_BinOp(ast.BinOp(obj, ARITHMETIC[fn](), args[0]))
+        if fn == "where" and len(args) == 2 and not kw:           # round 34: x.where(m, c) is torch.where(m, x, c)
+            return self.visit_Call(ast.Call(ast.Attribute(ast.Name("torch", ast.Load()), "where", ast.Load()),
+                                            [args[0], obj, args[1]], []))
         if fn in ("contiguous", "clone", "detach") and not args and not kw:
             return obj                                 # a copy of the same values (round 29 wrapped values in them)
         if fn == "size" and not kw:
