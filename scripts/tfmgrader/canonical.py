@@ -390,9 +390,6 @@ class Spellings(ast.NodeTransformer):
         args, kw = node.args, node.keywords
         if any(isinstance(a, ast.Starred) for a in args) or any(k.arg is None for k in kw):
             return node
-        if name in ("float",) and len(args) == 1 and isinstance(args[0], ast.Constant) \
-                and isinstance(args[0].value, str) and args[0].value.strip().lower() in ("inf", "-inf", "+inf"):
-            return _inf(args[0].value.strip().startswith("-"))
         if name in SIZED and len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)) \
                 and not any(isinstance(e, ast.Starred) for e in args[0].elts):
             node.args = args = list(args[0].elts)     # torch.zeros((n, d)) -> torch.zeros(n, d)
