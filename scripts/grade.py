@@ -96,18 +96,16 @@ def main(argv=None) -> int:
     if len(set(args.assignments)) < len(args.assignments):
         parser.error("an assignment is named twice")
     several, failed = len(args.assignments) > 1, []
-    # Resolved now: grading an assignment moves into the course folder.
+    # Resolved now, against the folder the command was run from.
     course, top = args.course.resolve(), args.out.resolve() if args.out else None
     extra = args.extra_config.resolve() if args.extra_config else None
     reports = os.environ.get("GRADER_REPORTS")      # else each assignment's reports go into its own folder
     for assignment in args.assignments:
         out = (top / assignment if several else top) if top else course / "grading" / assignment
-        if reports is None:
-            os.environ["GRADER_REPORTS"] = str(out / "reports")
         try:
             grade(course, assignment, out, args.students.split(",") if args.students else None,
                   extra, jobs=args.jobs, shard=args.shard, db_url=args.db_url, regrade=args.regrade,
-                  retries=args.retries)
+                  retries=args.retries, reports=Path(reports).resolve() if reports else None)
         except SystemExit as stop:
             if not several or stop.code in (None, 0):
                 raise

@@ -248,7 +248,7 @@ def test_a_server_that_cannot_make_kernels_means_a_sandbox_per_kernel(monkeypatc
 
     calls = []
 
-    def refuse(cls, watch, owner):
+    def refuse(cls, watch, owner, nproc=0):
         calls.append(watch)
         raise ForkServerError("the fork server cannot make a kernel here (exit 70): no user namespaces")
 

@@ -17,7 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 from tfmgrader import batch, course as course_config  # noqa: E402
+from tfmgrader import run as grading_run  # noqa: E402
 from tfmgrader.report import SubmissionReport  # noqa: E402
+from tfmgrader.run import GradingRun  # noqa: E402
 
 A = "03_self_attention"
 # Ten submissions: correct ones in four forms, wrong ones, a tampering attack, a killed kernel, a broken file.
@@ -222,19 +224,20 @@ def test_a_starved_submission_is_graded_again(tmp_path, monkeypatch, attempts, r
     folder.mkdir(parents=True)
     shutil.copy(ROOT / "solutions" / A / f"{A}.ipynb", folder)
     fake = FakeAPI(tmp_path / "reports", attempts)
-    monkeypatch.chdir(tmp_path)                 # _init_worker changes into the course folder
-    batch.init_worker({"course": str(tmp_path), "assignment": A, "out": str(tmp_path / "out"), "extra_config": None,
-                        "db_url": "sqlite://", "reports_dir": str(tmp_path / "reports"),
-                        "submitted": str(tmp_path / "submitted"), "expected": [f"{A}.ipynb"], "max_score": 11,
-                        "retries": 1})
-    monkeypatch.setattr(batch, "worker_api", lambda patient=False: fake)
-    monkeypatch.setenv("GRADER_RETRY_PAUSE", "0")
+    run = GradingRun(course=tmp_path, assignment=A, reports=tmp_path / "reports", db_url="sqlite://",
+                     limits={"GRADER_RETRY_PAUSE": 0, "GRADER_RETRY_SCALE": 3}, retries=1)
+    batch.init_worker(run, {"out": str(tmp_path / "out"), "submitted": str(tmp_path / "submitted"),
+                            "expected": [f"{A}.ipynb"], "max_score": 11})
+    configs = []
+    monkeypatch.setattr(grading_run, "api_from_config", lambda config: (configs.append(config) or fake, None))
+    monkeypatch.setattr(GradingRun, "config", lambda self, patient=False: patient)
     monkeypatch.setattr(SubmissionReport, "status", lambda report, result: (
         ("crashed", result["error"]) if not report.notebooks else
         ("timed out", report.notebooks["nb"].stopped) if report.notebooks["nb"].execution != "ok" else ("graded", "")))
     row = batch.grade_one("s1", "fp")
     report = json.loads((tmp_path / "out" / "reports" / "s1.json").read_text())
     assert len(fake.calls) == len(attempts) and len(report["retried"]) == retried
+    assert configs == [False, True][:len(attempts)], "a retry is graded with the patient configuration"
     assert row["status"] == status
     if retried == 2:
         assert "too busy" in row["reason"] and "quieter machine" in row["reason"]
@@ -458,4 +461,4 @@ def test_a_new_gradebook_gets_its_course_row_before_the_workers_start(tmp_path):
         assert [c.id for c in gb.db.query(Course)] == ["some-course"]
     for text in ("sqlite3.IntegrityError) UNIQUE constraint failed: course.id",
                  "psycopg.errors.UniqueViolation: duplicate key value violates unique constraint \"course_pkey\""):
-        assert batch.overloaded({"success": False, "error": text}, SubmissionReport()), text
+        assert grading_run.overloaded({"success": False, "error": text}, SubmissionReport()), text

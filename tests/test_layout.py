@@ -78,7 +78,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess:
 
 def test_dependencies_point_one_way():
     done = lint_imports(ROOT)
-    assert done.returncode == 0 and "1 kept, 0 broken" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0 and "2 kept, 0 broken" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
 
 
 def test_the_layers_contract_fails_on_an_import_the_wrong_way(tmp_path):
@@ -90,6 +90,96 @@ def test_the_layers_contract_fails_on_an_import_the_wrong_way(tmp_path):
     done = lint_imports(tmp_path)
     assert done.returncode != 0 and "BROKEN" in done.stdout and "tfmlib.utils -> tfmgrader.scan" in done.stdout, \
         done.stdout[-3000:]
+
+
+def test_the_no_circles_contract_fails_on_an_import_circle(tmp_path):
+    """The second contract can fail: the self-check importing the batch (which imports the self-check), inside a
+    function, is a circle (issue 34)."""
+    for name, folder in PACKAGES.items():
+        shutil.copytree(folder, tmp_path / folder.relative_to(ROOT), ignore=shutil.ignore_patterns("__pycache__"))
+    selfcheck = tmp_path / "scripts" / "tfmgrader" / "selfcheck.py"
+    selfcheck.write_text(selfcheck.read_text() + "\n\ndef _circle():\n    import tfmgrader.batch  # noqa: F401\n")
+    done = lint_imports(tmp_path)
+    assert done.returncode != 0 and "No cycles are allowed in tfmgrader" in done.stdout, done.stdout[-3000:]
+
+
+#: Modules whose code runs as the main program of a process of its own that the grader starts (the kernel's
+#: launcher, the fork server inside the sandbox, the kernel's check library), where setting that process's own
+#: working folder and environment is how the process starts; everything else runs in the grader's process.
+PROCESS_ENTRIES = {
+    "tfmgrader.sandbox_kernel": "the kernel's launcher, run by jupyter_client as a program, execs the kernel",
+    "tfmgrader.forkserver_inside": "the fork server's program inside the sandbox: each forked kernel sets itself up",
+    "tfmcheck.checking": "in the learner's kernel, it removes the grading run's secret from that kernel's environment",
+}
+
+
+def environment_writes(tree) -> list[tuple[int, str]]:
+    """``(line, code)`` of every write to ``os.environ`` (item, ``setdefault``, ``update``, ``pop``, ``del``,
+    ``putenv``, ``unsetenv``, ``clear``) and every ``chdir``."""
+    found = []
+    for node in ast.walk(tree):
+        text = ""
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner, attr = ast.unparse(node.func.value), node.func.attr
+            if attr in ("chdir", "fchdir", "putenv", "unsetenv") or (
+                    owner.endswith("environ") and attr in ("setdefault", "update", "pop", "popitem", "clear")):
+                text = ast.unparse(node)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            text = next((ast.unparse(t) for t in targets if isinstance(t, ast.Subscript)
+                         and ast.unparse(t.value).endswith("environ")), "")
+        if text:
+            found.append((node.lineno, text))
+    return found
+
+
+def test_the_grader_passes_settings_as_arguments_not_through_the_environment_or_the_working_folder():
+    """Issue 34: inside the packages nothing writes ``os.environ`` or changes the working folder; a run's settings
+    travel in ``run.GradingRun``.  Only the programs of processes the grader starts set up their own process."""
+    found = []
+    for name in PACKAGES:
+        for path in package_files(name):
+            module = module_name(path)
+            if module in PROCESS_ENTRIES:
+                continue
+            found += [f"{path.relative_to(ROOT)}:{line} {code}" for line, code in environment_writes(ast.parse(
+                path.read_text()))]
+    assert not found, "settings passed through the environment or the working folder:\n" + "\n".join(found)
+    modules = {module_name(path) for name in PACKAGES for path in package_files(name)}
+    assert set(PROCESS_ENTRIES) <= modules, set(PROCESS_ENTRIES) - modules
+
+
+def test_the_environment_check_sees_every_kind_of_write():
+    """The check above can fail: each way of writing the environment or the working folder is found."""
+    code = """
+import os
+from os import environ
+os.environ["A"] = "1"
+environ["B"] = "2"
+os.environ.setdefault("C", "3")
+os.environ.update(D="4")
+os.environ.pop("E", None)
+del os.environ["F"]
+os.putenv("G", "7")
+os.chdir("/tmp")
+os.environ.get("H")
+"""
+    assert sorted(line for line, _ in environment_writes(ast.parse(code))) == [4, 5, 6, 7, 8, 9, 10, 11]
+
+
+def test_one_function_autogrades_a_submission():
+    """Issue 34: ``run.grade_submission`` is the one caller of nbgrader's ``autograde`` in the packages; the batch
+    and the self-check both grade through it."""
+    callers, users = [], set()
+    for name in PACKAGES:
+        for path in package_files(name):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "autograde":
+                    callers.append(module_name(path))
+                if isinstance(node, ast.Call) and ast.unparse(node.func) == "grade_submission":
+                    users.add(module_name(path))
+    assert callers == ["tfmgrader.run"], callers
+    assert {"tfmgrader.batch", "tfmgrader.selfcheck"} <= users, users
 
 
 def test_no_module_uses_another_packages_private_names():

@@ -10,10 +10,12 @@ import statistics
 import time
 from pathlib import Path
 
+from tfmgrader import verdicts
 from tfmgrader.course import api_from_config, check_submission, ensure_course, expected_notebooks, load_config
 from tfmgrader.files import write_csv, write_json
-from tfmgrader.limits import limit
-from tfmgrader.report import Status, SubmissionReport
+from tfmgrader.limits import LIMITS, limit
+from tfmgrader.report import GRADE_PY, Status, SubmissionReport, gradebook_scores, render, write_report
+from tfmgrader.run import GradingRun, grade_submission
 
 
 # --- which submissions: shards, and what a previous run already graded --------------------------------
@@ -36,10 +38,8 @@ def shard_of(student: str, n: int) -> int:
 
 
 def grading_settings() -> dict[str, int]:
-    """The settings a grade depends on beyond the files: every limit of ``limits.json`` as this run applies it
-    (its environment variable, else its default), e.g. ``GRADER_CELL_TIMEOUT``."""
-    from tfmgrader.limits import LIMITS
-
+    """The settings a grade depends on beyond the files: every limit of ``limits.json`` as the environment sets
+    it now (its variable, else its default), e.g. ``GRADER_CELL_TIMEOUT``; a run keeps them (``GradingRun.limits``)."""
     return {name: limit(name) for name in sorted(LIMITS)}
 
 
@@ -92,122 +92,70 @@ class State:
             return None
 
     def mark_done(self, student: str, row: dict, fp: str, saved: bool = True, too_busy: bool = False,
-                  env_error: bool = False) -> None:
+                  env_error: bool = False, settings: dict | None = None) -> None:
         """``saved``: the grade is in the gradebook; ``too_busy``: the machine was too loaded to grade it;
         ``env_error``: its setup cell failed (the environment's fault).  A re-run grades either again."""
         self._write(f"{student}.done", {"row": row, "fingerprint": fp, "saved": saved, "too_busy": too_busy,
-                                        "env_error": env_error, "settings": grading_settings()})
+                                        "env_error": env_error,
+                                        "settings": grading_settings() if settings is None else settings})
         (self.folder / f"{student}.started").unlink(missing_ok=True)
 
 
 # --- grading one submission (in this process or in a worker) ------------------------------------------
 
-#: Errors of nbgrader and jupyter_client before any of the learner's code ran -> what they say about the machine.
-KERNEL_START_FAILURES = {
-    "Kernel didn't respond": "the kernel did not start in time",
-    "Kernel died before replying to kernel_info": "the kernel died while starting (a process limit of the "
-                                                  "sandbox user, shared with other kernels on this machine?)",
-    "database is locked": "the gradebook was busy",
-    # two graders adding the same new gradebook row at once (SQLite, PostgreSQL): the other one won
-    "UNIQUE constraint failed": "another grader added the same gradebook row at the same moment",
-    "duplicate key value violates unique constraint": "another grader added the same gradebook row at the same moment",
-}
-
-_WORKER: dict = {}       # per-process: the settings and the NbGraderAPI objects, made once per worker
+_WORKER: dict = {}       # per-process: the run, the batch's facts and the NbGraderAPI objects, made once per worker
 
 
-def init_worker(settings: dict) -> None:
-    """Set up this process (a worker, or the grader itself with one job) to grade with ``settings``."""
+def init_worker(run: GradingRun, batch: dict) -> None:
+    """Set up this process (a worker, or the grader itself with one job) to grade ``run``; ``batch``: where
+    the submissions are (``submitted``), the notebooks they must hold (``expected``), the output folder
+    (``out``) and the assignment's ``max_score``."""
     _WORKER.clear()
-    _WORKER.update(settings)
-    os.chdir(settings["course"])
-
-
-def worker_api(patient: bool = False):
-    """This process's NbGraderAPI (nbgrader's API is not thread-safe: one per process); ``patient``: with
-    the time limits multiplied by GRADER_RETRY_SCALE, for grading a starved submission again."""
-    key = "patient_api" if patient else "api"
-    if key not in _WORKER:
-        config = load_config(Path(_WORKER["course"]), _WORKER["extra_config"], _WORKER["db_url"])
-        config.RecordVerdict.write_report = False   # grade_one writes the report, with how the run went
-        config.RecordVerdict.copy_detection = False  # the class report compares the whole class (class_report.py)
-        if patient:
-            for name in ("timeout", "startup_timeout", "iopub_timeout"):
-                value = config.SandboxedExecute.get(name)
-                if value:
-                    config.SandboxedExecute[name] = int(value) * limit("GRADER_RETRY_SCALE")
-        _WORKER[key] = api_from_config(config)[0]
-    return _WORKER[key]
-
-
-def overloaded(result: dict, report: SubmissionReport) -> str:
-    """Why this result may reflect the machine's load rather than the answer ('' when it does not)."""
-    starved = report.starved()
-    if starved:
-        return "; ".join(starved)
-    if result.get("success"):
-        return ""
-    text = (result.get("error") or "") + (result.get("log") or "")
-    for sign, why in KERNEL_START_FAILURES.items():     # before any of the learner's code ran
-        if sign in text:
-            return why
-    return ""
+    _WORKER.update(batch, run=run, apis={})
 
 
 def grade_one(student: str, fp: str, regraded: str = "") -> dict:
-    """Grade one submission and mark it done; returns its grades.csv row.  A submission whose kernel was
-    starved by the machine's load is graded again with longer limits (``retries`` times); if it is still
-    starved it is marked 'timed out' with that reason, never scored as if its tests had failed."""
+    """Grade one submission (``run.grade_submission``) and mark it done; returns its grades.csv row.  A submission
+    still starved by the machine's load after its retries is marked 'timed out' with that reason, never scored as
+    if its tests had failed."""
     w = _WORKER
-    assignment, out, state = w["assignment"], Path(w["out"]), State(Path(w["out"]))
+    run: GradingRun = w["run"]
+    assignment, out, state = run.assignment, Path(w["out"]), State(Path(w["out"]))
     start = time.monotonic()
     state.mark_started(student)
-    report_file = Path(w["reports_dir"]) / assignment / f"{student}.json"
     problem = check_submission(Path(w["submitted"]) / student / assignment, w["expected"])
-    retried: list[str] = []
-    why = ""
-    report = SubmissionReport()
+    graded = None
     if problem:
-        status, reason, result = Status.INVALID, problem, {"success": False}
+        status, reason, result, findings, retried = Status.INVALID, problem, {"success": False}, SubmissionReport(), []
     else:
-        for attempt in range(1 + w["retries"]):
-            report_file.unlink(missing_ok=True)
-            result = worker_api(patient=attempt > 0).autograde(assignment, student, force=True, create=True)
-            report = SubmissionReport.load(report_file)
-            status, reason = report.status(result)
-            why = overloaded(result, report)
-            if not why:
-                break
-            retried.append(f"attempt {attempt + 1}: {why}")
-            if attempt < w["retries"]:
-                time.sleep(limit("GRADER_RETRY_PAUSE") * (attempt + 1))
-        if why:
+        graded = grade_submission(run, student, w["apis"])
+        status, reason, result, findings, retried = (graded.status, graded.reason, graded.result, graded.report,
+                                                     graded.retried)
+        if graded.starved:
             status, reason = Status.TIMED_OUT, (
-                f"the grading machine was too busy to grade it ({why}), also with {limit('GRADER_RETRY_SCALE')}x "
-                "the time limits; grade it again on a quieter machine")
-    from tfmgrader import verdicts
-    from tfmgrader.report import GRADE_PY, gradebook_scores, render, write_report
-
+                f"the grading machine was too busy to grade it ({graded.starved}), also with "
+                f"{run.limit('GRADER_RETRY_SCALE')}x the time limits; grade it again on a quieter machine")
+    db_url = run.db_url
     score, tests = 0.0, []
     if result.get("success"):
-        score, _, tests = gradebook_scores(w["db_url"], assignment, student)
+        score, _, tests = gradebook_scores(db_url, assignment, student)
     row = {"student_id": student, "assignment": assignment, "score": round(score, 2),
            "max_score": w["max_score"], "status": str(status), "reason": reason,
            "seconds": round(time.monotonic() - start, 2)}
     verdict = {}
     try:        # the verdict in the gradebook's records too (RecordVerdict saved the kernel's; this is final)
-        verdicts.save(w["db_url"], assignment, student, status=str(status), reason=reason)
-        verdict = verdicts.load(w["db_url"], assignment).get((assignment, student), {})
+        verdicts.save(db_url, assignment, student, status=str(status), reason=reason)
+        verdict = verdicts.load(db_url, assignment).get((assignment, student), {})
     except Exception as err:  # noqa: BLE001 - the grade stands; a re-run of the class reports saves it again
         print(f"{student}: could not save the verdict in the gradebook ({type(err).__name__}: {err})", flush=True)
     # the same report as plain `nbgrader autograde` writes (report.render), with how this run went
     write_report(out / "reports", render(
         assignment, student, status=status, reason=reason, score=score, max_score=w["max_score"], tests=tests,
-        findings=report, verdict=verdict, graded_by=GRADE_PY,
+        findings=findings, verdict=verdict, graded_by=GRADE_PY,
         run={"seconds": row["seconds"], "retried": retried, "regraded": regraded,
              "nbgrader_log": (result.get("log") or "")[-4000:]}))
-    state.mark_done(student, row, fp, saved=bool(result.get("success")), too_busy=bool(why),
-                    env_error=status is Status.ENVIRONMENT_ERROR)
+    state.mark_done(student, row, fp, saved=bool(result.get("success")), too_busy=bool(graded and graded.starved),
+                    env_error=status is Status.ENVIRONMENT_ERROR, settings=run.limits)
     return row
 
 
@@ -245,7 +193,7 @@ def default_jobs() -> int:
 # --- the batch ----------------------------------------------------------------------------------------
 
 def plan(students: list[str], fps: dict[str, str], state: State, in_gradebook: set[str],
-         regrade: bool) -> tuple[list[str], dict[str, str]]:
+         regrade: bool, settings: dict[str, int] | None = None) -> tuple[list[str], dict[str, str]]:
     """(what to grade, {student: why it is graded again}); a submission is skipped when a completion marker
     says it was graded from these very files, not on a machine too busy to grade it, and the gradebook has
     its grade (if it had one: an invalid notebook never reaches the gradebook)."""
@@ -262,7 +210,7 @@ def plan(students: list[str], fps: dict[str, str], state: State, in_gradebook: s
         if state.started(s):
             regraded[s] = "a previous run started grading it and stopped before it finished"
         elif done is not None and done["fingerprint"] != fps[s]:
-            changed = settings_changed(done.get("settings"), grading_settings())
+            changed = settings_changed(done.get("settings"), grading_settings() if settings is None else settings)
             regraded[s] = (f"the grader's limits changed since it was graded ({changed})" if changed else
                            "the submission, the assignment or the grading configuration changed since it was graded")
         elif done is not None and done.get("too_busy"):
@@ -282,12 +230,12 @@ def group_reasons(regraded: dict[str, str]) -> dict[str, list[str]]:
     return groups
 
 
-def run_batch(todo: list[str], fps: dict[str, str], regraded: dict[str, str], jobs: int,
-              settings: dict) -> tuple[list[dict], str]:
+def run_batch(todo: list[str], fps: dict[str, str], regraded: dict[str, str], jobs: int, run: GradingRun,
+              batch: dict) -> tuple[list[dict], str]:
     """Grade ``todo`` with ``jobs`` worker processes (each its own NbGraderAPI and kernel); returns the rows
     and, if a worker died, why (what it was grading has no completion marker and is graded by a re-run)."""
     if jobs <= 1:
-        init_worker(settings)
+        init_worker(run, batch)
         rows = []
         for s in todo:
             rows.append(grade_one(s, fps[s], regraded.get(s, "")))
@@ -300,7 +248,7 @@ def run_batch(todo: list[str], fps: dict[str, str], regraded: dict[str, str], jo
     import torch  # noqa: F401 - loaded once here, shared by the forked workers (VerifyOutside needs it)
     rows, died = [], ""
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"),
-                             initializer=init_worker, initargs=(settings,)) as pool:
+                             initializer=init_worker, initargs=(run, batch)) as pool:
         futures = [pool.submit(grade_one, s, fps[s], regraded.get(s, "")) for s in todo]
         try:
             for future in as_completed(futures):
@@ -330,7 +278,7 @@ def gradebook_facts(coursedir, assignment: str) -> tuple[float, set[str]]:
 
 
 def submissions(course: Path, coursedir, assignment: str, expected: list[str], extra_config: Path | None,
-                only: list[str] | None) -> tuple[list[str], dict[str, str]]:
+                only: list[str] | None, settings: dict[str, int] | None = None) -> tuple[list[str], dict[str, str]]:
     """(every student who submitted ``assignment``, in order; {student: fingerprint of what is graded}): the
     submission's files, the assignment's source and the configuration.  ``only`` (``--students``) does not
     narrow the class (see ``write_grades``)."""
@@ -338,7 +286,7 @@ def submissions(course: Path, coursedir, assignment: str, expected: list[str], e
     students = sorted(p.parent.name for p in submitted.glob(f"*/{assignment}") if p.is_dir())
     common = [course / coursedir.source_directory / assignment / n for n in expected]
     common += [p for p in (course / "nbgrader_config.py", extra_config) if p is not None] + CONFIG_FILES
-    settings = grading_settings()
+    settings = grading_settings() if settings is None else settings
     fps = {s: fingerprint(course, common + sorted(p for p in (submitted / s / assignment).rglob("*") if p.is_file()),
                           settings) for s in students}
     return students, fps
@@ -346,30 +294,27 @@ def submissions(course: Path, coursedir, assignment: str, expected: list[str], e
 
 def grade(course: Path, assignment: str, out: Path, only: list[str] | None = None,
           extra_config: Path | None = None, jobs: int = 1, shard: tuple[int, int] | None = None,
-          db_url: str | None = None, regrade: bool = False, retries: int = 1) -> list[dict]:
+          db_url: str | None = None, regrade: bool = False, retries: int = 1,
+          reports: Path | None = None) -> list[dict]:
     """Grade the submissions of ``assignment`` (those of ``shard`` i/n only, when given) that a previous run
     has not graded, with ``jobs`` workers; write grades.csv once every submission is graded.  Returns the
-    rows of this shard's submissions, in student order."""
+    rows of this shard's submissions, in student order.  ``reports``: where the grading steps write what they
+    find (default ``<out>/reports``, where the batch writes each submission's report too)."""
     course, out = course.resolve(), out.resolve()
     extra_config = extra_config.resolve() if extra_config else None
-    os.environ.setdefault("GRADER_REPORTS", str(out / "reports"))
-    if jobs > 1 and "GRADER_NPROC" not in os.environ and os.geteuid() != 0:
-        # As root each kernel runs as a uid of its own (sandbox_kernel.kernel_uid); as a normal user every
-        # kernel is that user, and RLIMIT_NPROC counts all their threads together (a kernel with torch has
-        # about 25): N kernels at once get N kernels' worth.
-        os.environ["GRADER_NPROC"] = str(limit("GRADER_NPROC") * jobs)
-    os.chdir(course)
     from tfmgrader.lifetime import end_leftovers
     ended = end_leftovers(course)       # sandboxes a killed run of this course left running (lifetime.py)
     if ended:
         print(f"ended {len(ended)} grading process(es) left running by an earlier run that was killed", flush=True)
     coursedir = api_from_config(load_config(course, extra_config, db_url))[1]
+    run = GradingRun.create(course, assignment, reports or out / "reports", jobs=jobs, extra_config=extra_config,
+                            db_url=coursedir.db_url, retries=retries)
     expected = expected_notebooks(course, coursedir.source_directory, assignment)
     if not expected:
         raise SystemExit(f"no notebooks in {coursedir.source_directory}/{assignment}")
     max_score, in_gradebook = gradebook_facts(coursedir, assignment)
     submitted = course / coursedir.submitted_directory
-    students, fps = submissions(course, coursedir, assignment, expected, extra_config, only)
+    students, fps = submissions(course, coursedir, assignment, expected, extra_config, only, run.limits)
     selected = set(only) if only else None
     unknown = sorted((selected or set()) - set(students))
     if unknown:     # a typo, or (with several assignments) a student who did not submit this one
@@ -378,11 +323,9 @@ def grade(course: Path, assignment: str, out: Path, only: list[str] | None = Non
     mine = [s for s in students if (selected is None or s in selected)
             and (shard is None or shard_of(s, shard[1]) == shard[0])]
     state = State(out)
-    todo, regraded = plan(mine, fps, state, in_gradebook, regrade)
+    todo, regraded = plan(mine, fps, state, in_gradebook, regrade, run.limits)
     jobs = min(jobs, max(len(todo), 1))
-    settings = {"course": str(course), "assignment": assignment, "out": str(out), "extra_config": extra_config,
-                "db_url": coursedir.db_url, "reports_dir": os.environ["GRADER_REPORTS"],
-                "submitted": str(submitted), "expected": expected, "max_score": max_score, "retries": retries}
+    batch = {"out": str(out), "submitted": str(submitted), "expected": expected, "max_score": max_score}
     print(f"{f'shard {shard[0]}/{shard[1]}: ' if shard else ''}{len(mine)} submissions"
           f"{f' (of {len(students)})' if len(mine) < len(students) else ''}, {len(mine) - len(todo)} "
           f"already graded, {len(todo)} to grade with {jobs} job(s)"
@@ -394,7 +337,7 @@ def grade(course: Path, assignment: str, out: Path, only: list[str] | None = Non
         from tfmgrader.selfcheck import ensure
         ensure(course, assignment, extra_config)
     start = time.monotonic()
-    rows, died = run_batch(todo, fps, regraded, jobs, settings)
+    rows, died = run_batch(todo, fps, regraded, jobs, run, batch)
     wall = time.monotonic() - start
     write_run_report(out, assignment, shard, jobs, mine, todo, rows, regraded, died, wall, ended)
     complete, klass = write_grades(out, students, mine, fps, state, shard, selected)

@@ -25,7 +25,6 @@ import json
 import os
 import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -39,7 +38,6 @@ from tfmgrader.limits import limit
 ENABLE_ENV = "GRADER_FORKSERVER"      # "0": a sandbox per kernel, as before
 INSIDE = Path(__file__).resolve().with_name("forkserver_inside.py")
 CAPS = ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL")   # the server's; no kernel keeps any
-KERNEL_CONNECTION = "/tmp/.tfmlib-kernel.json"    # where the kernel finds its connection file (its own /tmp)
 
 
 class ForkServerError(RuntimeError):
@@ -55,26 +53,18 @@ class ForkServer:
 
     _shared: ForkServer | None = None
 
-    def __init__(self, watch: str, owner: str):
+    def __init__(self, watch: str, owner: str, nproc: int = 0):
         from tfmgrader.forkserver_inside import HOME_ENV, KEEP_ENV, STASH, TMP_BYTES_ENV
-        from tfmgrader.sandbox_kernel import WATCH_ENV, base_env, parent_dirs, python_binds, sandbox_command
+        from tfmgrader.sandbox_kernel import base_env, parent_dirs, python_binds, sandbox_command
 
-        self.pid, self.key = os.getpid(), (watch, owner)
+        self.pid, self.key, self.nproc = os.getpid(), (watch, owner), nproc
         self.home = Path(tempfile.mkdtemp(prefix="tfmlib-grading-forks-"))
         self.socket = self.home / "server.sock"
-        previous = os.environ.get(WATCH_ENV)
-        os.environ[WATCH_ENV] = watch
-        try:
-            binds = python_binds()
-            keep = [binds[i + 2] for i, arg in enumerate(binds) if arg == "--ro-bind" and
-                    (binds[i + 2] + "/").startswith("/tmp/")]
-            env = {**base_env(), HOME_ENV: str(self.home), KEEP_ENV: os.pathsep.join(keep),
-                   TMP_BYTES_ENV: str(limit("GRADER_FILE_MB") * 1024 * 1024)}
-        finally:
-            if previous is None:
-                os.environ.pop(WATCH_ENV)
-            else:
-                os.environ[WATCH_ENV] = previous
+        binds = python_binds()
+        keep = [binds[i + 2] for i, arg in enumerate(binds) if arg == "--ro-bind" and
+                (binds[i + 2] + "/").startswith("/tmp/")]
+        env = {**base_env(watch), HOME_ENV: str(self.home), KEEP_ENV: os.pathsep.join(keep),
+               TMP_BYTES_ENV: str(limit("GRADER_FILE_MB") * 1024 * 1024)}
         cmd = sandbox_command(env) + parent_dirs(str(self.home)) + ["--bind", str(self.home), str(self.home),
                                                                      "--dir", STASH, "--cap-drop", "ALL"]
         for cap in CAPS:
@@ -92,13 +82,13 @@ class ForkServer:
     def _probe(self) -> None:
         """Make one kernel's namespaces, folders and privileges and stop before the kernel: if that fails here
         (no user namespaces, a kernel that refuses a mount), the grader uses a sandbox per kernel instead."""
-        from tfmgrader.sandbox_kernel import FD_ENV, kernel_limits, kernel_uid
+        from tfmgrader.sandbox_kernel import FD_ENV, KERNEL_CONNECTION, kernel_limits, kernel_uid
 
         folder = self.new_folder()
         for name in ("run", "work"):
             (folder / name).mkdir(mode=0o700)
         request = {"folders": [str(folder / "run"), str(folder / "work")], "workdir": str(folder / "work"),
-                   "uid": kernel_uid() if os.geteuid() == 0 else None, "limits": kernel_limits(), "env": {},
+                   "uid": kernel_uid() if os.geteuid() == 0 else None, "limits": kernel_limits(self.nproc), "env": {},
                    "fd_env": FD_ENV, "connection_file": KERNEL_CONNECTION, "connection": "", "launcher": "",
                    "probe": True}
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -158,15 +148,16 @@ class ForkServer:
             return "(no log)"
 
     @classmethod
-    def shared(cls, watch: str, owner: str) -> ForkServer:
+    def shared(cls, watch: str, owner: str, nproc: int = 0) -> ForkServer:
         """This process's server for ``watch`` and ``owner`` (started now if there is none, it died, or it was
-        started by the process this one was forked from)."""
+        started by the process this one was forked from); ``nproc``: the kernels' process limit, when it is not
+        ``GRADER_NPROC`` (``sandbox_kernel.kernel_limits``)."""
         server = cls._shared
         if server is None or server.pid != os.getpid() or server.key != (watch, owner) or not server.alive():
             if server is not None and server.pid == os.getpid():
                 server.close()
             cls._shared = None
-            cls._shared = cls(watch, owner)
+            cls._shared = cls(watch, owner, nproc)
         return cls._shared
 
     def alive(self) -> bool:
@@ -207,55 +198,3 @@ class ForkServer:
         if self.process.stdout:
             self.process.stdout.close()
         shutil.rmtree(self.home, ignore_errors=True)
-
-
-# --- the launcher's side (sandbox_kernel.py, in the process jupyter_client started) --------------------------
-
-def launch(server: str, connection_file: str, workdir: str) -> None:
-    """Ask the server at ``server`` for a kernel working in a private copy of ``workdir``, then stand for it
-    until it ends (exit with its code)."""
-    from tfmgrader.sandbox_kernel import (AUDIT_LAUNCHER, FD_ENV, hand_over, kernel_env, kernel_limits, kernel_uid,
-                                log_to_private_folder, make_scratch, open_audit_log, socket_dir)
-
-    scratch = make_scratch(connection_file, workdir)
-    hand_over(connection_file, scratch)
-    text = Path(connection_file).read_text()
-    request = {
-        "folders": [socket_dir(json.loads(text)), scratch], "workdir": scratch,
-        "uid": kernel_uid() if os.geteuid() == 0 else None, "limits": kernel_limits(),
-        "env": kernel_env(scratch, 3), "fd_env": FD_ENV,
-        "connection_file": KERNEL_CONNECTION, "connection": text, "launcher": AUDIT_LAUNCHER,
-    }
-    audit = open_audit_log(connection_file)
-    log_to_private_folder(connection_file)
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.connect(server)
-        socket.send_fds(conn, [json.dumps(request).encode()], [audit, 1, 2])
-    except OSError as err:
-        raise SystemExit(f"tfmlib-sandbox: the fork server at {server} did not take the request: {err}") from None
-    os.close(audit)
-
-    def forward(signum, _frame):
-        try:
-            conn.sendall(json.dumps({"signal": signum}).encode() + b"\n")
-        except OSError:
-            os._exit(1)
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, forward)
-    buffer = b""
-    while True:
-        try:
-            chunk = conn.recv(4096)
-        except InterruptedError:
-            continue
-        if not chunk:
-            raise SystemExit(1)      # the server is gone, and with it the kernel
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            message = json.loads(line.decode())
-            if "exit" in message:
-                code = int(message["exit"])
-                raise SystemExit(code if 0 <= code < 256 else 1)

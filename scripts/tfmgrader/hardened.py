@@ -10,7 +10,7 @@ and test cell from the gradebook (``RestoreReadOnlyCells``: quiet about test cel
 learner's cells (flagged cells are withheld).  Autograding: run in the sandbox kernel (``SandboxedExecute``),
 decide every test again outside the learner's process (``VerifyOutside``), stop a submission whose read-only setup
 cell failed before any learner code ran (``selfcheck.SetupCheck``), cap output, save the grades, save the status
-and reason in the gradebook (``verdicts.RecordVerdict``: flagged, comment, the course's verdict table; with what
+and reason in the gradebook (``record_verdict.RecordVerdict``: flagged, comment, the course's verdict table; with what
 copy detection finds against the course's own code).  Before the first submission of an assignment, the grader
 grades the assignment's own solution and stops if that does not get full marks (``selfcheck.pre_convert_hook``).
 Reports go to ``$GRADER_REPORTS`` (default ``<course root>/grading/reports``), never inside a learner's folder.
@@ -30,7 +30,7 @@ def configure_autograde(c) -> None:
                                          VerifyOutside)
     from tfmgrader.limits import limit
     from tfmgrader.selfcheck import SetupCheck, pre_convert_hook
-    from tfmgrader.verdicts import RecordVerdict
+    from tfmgrader.record_verdict import RecordVerdict
 
     # nbgrader's own session bookkeeping when it adds a new student's submission (SQLAlchemy's "Object of type
     # <SubmittedAssignment> not in session ..."): harmless, and printed once per new student.

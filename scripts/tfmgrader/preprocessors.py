@@ -463,6 +463,9 @@ class SandboxedExecute(Execute):
     watch_also = List(Unicode(), help="More folders whose files the kernel's audit hook reports when the learner's "
                                       "code opens them (the self-check grades in a copy and adds the real "
                                       "course).").tag(config=True)
+    kernel_nproc = Integer(0, help="Each kernel's process limit (RLIMIT_NPROC) when it is not GRADER_NPROC: "
+                                   "scripts/grade.py multiplies it by --jobs when kernels graded at once share one "
+                                   "uid (a normal user).").tag(config=True)
     starved_share = Float(0.33, help="A cell that timed out while its kernel got less than this share of one "
                                      "core was starved by the machine's load: reported as such.").tag(config=True)
 
@@ -484,7 +487,9 @@ class SandboxedExecute(Execute):
         sandboxed = self._sandboxed()
         workdir = Path((resources or {}).get("metadata", {}).get("path") or ".").resolve()
         # The audit hook of the kernel reports files opened in the course outside the learner's own folder.
-        watch = {str(Path.cwd().resolve())} | ({str(workdir.parents[2])} if len(workdir.parents) > 2 else set())
+        from nbgrader.coursedir import CourseDirectory
+        watch = {str(Path(CourseDirectory(config=self.config).root).resolve())}
+        watch |= {str(workdir.parents[2])} if len(workdir.parents) > 2 else set()
         watch |= {str(Path(w).resolve()) for w in self.watch_also}
         self._end_leftovers(workdir)
         # One view of the course packages for every process of the kernel (library_view.py): the grader's own.
@@ -497,6 +502,8 @@ class SandboxedExecute(Execute):
         # (tfmcheck.shortcuts): no answer cell runs, copies or captures them before the first test (#31).
         env[REFUSE_ENV] = ",".join(forbidden_groups(resources or {}))
         record(self.report_directory, resources, inputs_secret=hashlib.sha256(secret.encode()).hexdigest()[:12])
+        if self.kernel_nproc:       # read by the kernel's launcher (sandbox_kernel.kernel_limits)
+            env["GRADER_NPROC"] = str(self.kernel_nproc)
         self._server = self._fork_server(env[WATCH_ENV], env[OWNER_ENV]) if sandboxed else None
         if self._server is not None:    # a kernel forked from this process's warm server (forkserver.py)
             self._private = self._server.new_folder()
@@ -539,7 +546,7 @@ class SandboxedExecute(Execute):
         if not (self.fork_server and forkserver_enabled()) or SandboxedExecute._fork_failed:
             return None
         try:
-            return ForkServer.shared(watch, owner)
+            return ForkServer.shared(watch, owner, self.kernel_nproc)
         except ForkServerError as err:
             SandboxedExecute._fork_failed = str(err)
             self.log.warning("grading with a sandbox started per kernel (slower): %s", err)

@@ -99,13 +99,13 @@ def instrument(timers: Timers) -> None:
 
 def profile(course: Path, assignment: str, students: list[str]) -> tuple[list[dict], float]:
     """Per submission, the seconds of each phase (and ``total``); and the seconds of the per-worker set-up."""
-    from tfmgrader.course import api_from_config, load_config
+    from tfmgrader.course import api_from_config
+    from tfmgrader.run import GradingRun, grade_submission
 
-    os.chdir(course)
-    os.environ.setdefault("GRADER_REPORTS", str(course / "grading" / "profile" / "reports"))
+    run = GradingRun.create(course, assignment, course / "grading" / "profile" / "reports", verdicts=True, retries=0)
     start = time.perf_counter()
     import torch  # noqa: F401 - a grade.py worker has it loaded (the replay needs it)
-    api = api_from_config(load_config(course))[0]
+    apis = {False: api_from_config(run.config())[0]}
     worker = time.perf_counter() - start
     from tfmgrader.selfcheck import ensure
     ensure(course, assignment)      # once per assignment (cached), not part of a submission's time
@@ -115,7 +115,7 @@ def profile(course: Path, assignment: str, students: list[str]) -> tuple[list[di
     for student in students:
         timers.now.clear()
         start = time.perf_counter()
-        result = api.autograde(assignment, student, force=True, create=True)
+        result = grade_submission(run, student, apis).result
         row = dict(timers.now)
         started = row.pop("server", 0)      # the worker's fork server, started for its first submission
         server += started

@@ -6,10 +6,11 @@ grader (``batch.py``) and the self-check read it back as a ``SubmissionReport`` 
 ``Status`` and reason from its fields, never from the wording of a message.
 
 The instructor's report of a submission is rendered from it by one function, ``render``, whichever way it was
-graded: ``scripts/grade.py`` (``batch.grade_one``) and plain ``nbgrader autograde`` (``verdicts.RecordVerdict``) both
-write ``grading/<assignment>/reports/<student>.json`` (``<out>/reports`` for ``grade.py --out``) and its readable
-``.md`` beside it, with the same fields (``FIELDS``): score and status, reason, the score of every test, copy
-suspicion, the files withheld or listed, every note of the scan, the sandbox and the replay, and how it was graded.
+graded: ``scripts/grade.py`` (``batch.grade_one``) and plain ``nbgrader autograde``
+(``record_verdict.RecordVerdict``) both write ``grading/<assignment>/reports/<student>.json`` (``<out>/reports``
+for ``grade.py --out``) and its readable ``.md`` beside it, with the same fields (``FIELDS``): score and status,
+reason, the score of every test, copy suspicion, the files withheld or listed, every note of the scan, the sandbox
+and the replay, and how it was graded.
 Copy detection (``class_report``) and ``nbgrader export`` (``export.py``) bring the reports up to date with the
 gradebook (``refresh``).
 """

@@ -22,6 +22,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import socket
 import stat
 import sys
 from pathlib import Path
@@ -34,6 +36,7 @@ from tfmgrader.limits import limit
 AUDIT_MARK = "TFMLIB-AUDIT "
 WATCH_ENV, OWN_ENV, FD_ENV = "TFMLIB_AUDIT_WATCH", "TFMLIB_AUDIT_OWN", "TFMLIB_AUDIT_FD"
 FORKSERVER_ENV = "TFMLIB_FORKSERVER"        # the fork server's socket, when the grader has one (forkserver.py)
+KERNEL_CONNECTION = "/tmp/.tfmlib-kernel.json"    # where a forked kernel finds its connection file (its own /tmp)
 
 # Runs in the kernel before ipykernel starts: a Python audit hook (which cannot be removed once added)
 # reports, on a file descriptor it inherits (audit.log beside the sockets, which the grader reads; not
@@ -196,13 +199,15 @@ def bwrap_command(connection_file: str, workdir: str, audit_fd: int = 2, scratch
     return cmd
 
 
-def base_env() -> dict[str, str]:
-    """The environment of the sandbox (the kernel's, without what depends on its working folder)."""
+def base_env(watch: str | None = None) -> dict[str, str]:
+    """The environment of the sandbox (the kernel's, without what depends on its working folder); ``watch``: the
+    folders the audit hook watches (default: this launcher's ``WATCH_ENV``, which ``SandboxedExecute`` set)."""
     env = {
         "PATH": f"{sys.prefix}/bin:/usr/bin:/bin", "HOME": "/tmp", "USER": "student", "LANG": "C.UTF-8",
         "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/tmp", "IPYTHONDIR": "/tmp/.ipython", "PYTHONNOUSERSITE": "1",
         "PYTHONDONTWRITEBYTECODE": "1", "TFMLIB_DEVICE": "cpu", "OMP_NUM_THREADS": "1",
-        "JUPYTER_RUNTIME_DIR": "/tmp", "PYTHONWARNINGS": "ignore", WATCH_ENV: os.environ.get(WATCH_ENV, ""),
+        "JUPYTER_RUNTIME_DIR": "/tmp", "PYTHONWARNINGS": "ignore",
+        WATCH_ENV: os.environ.get(WATCH_ENV, "") if watch is None else watch,
     }
     if grader_view().pythonpath:    # the course library where the grader found it (library_view.py)
         env["PYTHONPATH"] = os.pathsep.join(grader_view().pythonpath)
@@ -248,11 +253,13 @@ def withheld_binds() -> list[str]:
             "--ro-bind", os.path.join(check_dir, "feedback_withheld"), os.path.join(check_dir, "feedback")]
 
 
-def kernel_limits() -> dict[str, int]:
-    """prlimit's names and values of the kernel's resource limits (``limits.LIMITS``)."""
+def kernel_limits(nproc: int = 0) -> dict[str, int]:
+    """prlimit's names and values of the kernel's resource limits (``limits.LIMITS``); ``nproc``: the process limit
+    when it is not ``GRADER_NPROC`` (``SandboxedExecute.kernel_nproc``)."""
     mb = 1024 * 1024
-    return {"as": limit("GRADER_MEMORY_MB") * mb, "nproc": limit("GRADER_NPROC"), "cpu": limit("GRADER_CPU_SECONDS"),
-            "fsize": limit("GRADER_FILE_MB") * mb, "nofile": limit("GRADER_NOFILE"), "core": 0}
+    return {"as": limit("GRADER_MEMORY_MB") * mb, "nproc": nproc or limit("GRADER_NPROC"),
+            "cpu": limit("GRADER_CPU_SECONDS"), "fsize": limit("GRADER_FILE_MB") * mb,
+            "nofile": limit("GRADER_NOFILE"), "core": 0}
 
 
 def scratch_folder(connection_file: str) -> Path:
@@ -361,6 +368,55 @@ def log_to_private_folder(connection_file: str) -> None:
     os.dup2(log, 2)
 
 
+# --- a warm kernel: the launcher asks this grader's fork server for one (forkserver.py) ----------------------
+
+def launch_forked(server: str, connection_file: str, workdir: str) -> None:
+    """Ask the fork server at ``server`` for a kernel working in a private copy of ``workdir``, then stand for it
+    until it ends (exit with its code)."""
+    scratch = make_scratch(connection_file, workdir)
+    hand_over(connection_file, scratch)
+    text = Path(connection_file).read_text()
+    request = {
+        "folders": [socket_dir(json.loads(text)), scratch], "workdir": scratch,
+        "uid": kernel_uid() if os.geteuid() == 0 else None, "limits": kernel_limits(),
+        "env": kernel_env(scratch, 3), "fd_env": FD_ENV,
+        "connection_file": KERNEL_CONNECTION, "connection": text, "launcher": AUDIT_LAUNCHER,
+    }
+    audit = open_audit_log(connection_file)
+    log_to_private_folder(connection_file)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(server)
+        socket.send_fds(conn, [json.dumps(request).encode()], [audit, 1, 2])
+    except OSError as err:
+        raise SystemExit(f"tfmlib-sandbox: the fork server at {server} did not take the request: {err}") from None
+    os.close(audit)
+
+    def forward(signum, _frame):
+        try:
+            conn.sendall(json.dumps({"signal": signum}).encode() + b"\n")
+        except OSError:
+            os._exit(1)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, forward)
+    buffer = b""
+    while True:
+        try:
+            chunk = conn.recv(4096)
+        except InterruptedError:
+            continue
+        if not chunk:
+            raise SystemExit(1)      # the server is gone, and with it the kernel
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            message = json.loads(line.decode())
+            if "exit" in message:
+                code = int(message["exit"])
+                raise SystemExit(code if 0 <= code < 256 else 1)
+
+
 def main(argv: list[str]) -> None:
     if len(argv) not in (2, 3) or (len(argv) == 3 and argv[1] != "--unsandboxed"):
         raise SystemExit("usage: sandbox_kernel.py [--unsandboxed] CONNECTION_FILE")
@@ -371,8 +427,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit("tfmlib-sandbox: bubblewrap is not installed (Debian: apt-get install bubblewrap)")
     connection_file, workdir = os.path.abspath(argv[1]), os.getcwd()
     if os.environ.get(FORKSERVER_ENV):     # a warm kernel, forked by this grader's fork server (forkserver.py)
-        from tfmgrader.forkserver import launch
-        launch(os.environ[FORKSERVER_ENV], connection_file, workdir)
+        launch_forked(os.environ[FORKSERVER_ENV], connection_file, workdir)
     scratch = make_scratch(connection_file, workdir)
     hand_over(connection_file, scratch)
     cmd = bwrap_command(connection_file, workdir, open_audit_log(connection_file), scratch)

@@ -37,8 +37,10 @@ from pathlib import Path
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
+from tfmgrader.course import api_from_config
 from tfmgrader.limits import limit
 from tfmgrader.report import Status
+from tfmgrader.run import GradingRun, grade_submission
 
 SKIP_ENV = "GRADER_SELFCHECK"            # "0": do not check (not recommended)
 ACTIVE_ENV = "TFMLIB_SELFCHECK_ACTIVE"   # set in the checking process: its own grading is not checked again
@@ -223,27 +225,23 @@ def same_packages() -> str:
 
 
 def grade_solution(course: Path, assignment: str, extra: Path | None) -> dict:
-    """In the child: grade the solution in a throw-away copy of the course; the verdict as a dict."""
+    """In the child: grade the solution in a throw-away copy of the course (``run.grade_submission``, as the batch
+    grades a submission); the verdict as a dict."""
     import nbformat
     from nbgrader.api import Gradebook
 
-    from tfmgrader.batch import overloaded
-    from tfmgrader.course import load_config
     from tfmgrader.notebooks import answered
-    from tfmgrader.report import SubmissionReport
 
     start = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="tfmlib-selfcheck-"))
     try:
-        url = f"sqlite:///{work / 'gradebook.db'}"
-        config = checking_config(load_config(course, extra, url), work, course)
+        run = checking_run(course, assignment, extra, work)
+        config = run.config()
         source = config.CourseDirectory.get("source_directory") or "source"
         release = config.CourseDirectory.get("release_directory") or "release"
         shutil.copytree(course / source / assignment, work / source / assignment,
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-        os.chdir(work)
-        api = _api(config)
-        generated = api.generate_assignment(assignment, force=True)
+        generated = api_from_config(config)[0].generate_assignment(assignment, force=True)
         if not generated["success"]:
             return {"ok": False, "problem": "nbgrader could not generate the assignment: "
                                             + _last_line((generated.get("log") or "") + (generated.get("error") or ""))}
@@ -253,20 +251,11 @@ def grade_solution(course: Path, assignment: str, extra: Path | None) -> dict:
             solved = answered(nbformat.read(nb_path, as_version=4),
                               nbformat.read(work / source / assignment / nb_path.name, as_version=4))
             nbformat.write(solved, nb_path)
-        for attempt in range(2):
-            result = api.autograde(assignment, STUDENT, force=True, create=True)
-            report_file = work / "reports" / assignment / f"{STUDENT}.json"
-            report = SubmissionReport.load(report_file)
-            if attempt or not overloaded(result, report):
-                break
-            for name in ("timeout", "startup_timeout", "iopub_timeout"):
-                if config.SandboxedExecute.get(name):
-                    config.SandboxedExecute[name] = int(config.SandboxedExecute[name]) * limit("GRADER_RETRY_SCALE")
-            api = _api(config)
-        status, reason = report.status(result)
+        graded = grade_submission(run, STUDENT)
+        result, status, reason = graded.result, graded.status, graded.reason
         verdict = {"ok": False, "status": status, "seconds": round(time.monotonic() - start, 1)}
         if result.get("success"):
-            with Gradebook(url) as gb:
+            with Gradebook(run.db_url) as gb:
                 grades = [g for nb in gb.find_submission(assignment, STUDENT).notebooks for g in nb.grades]
                 verdict["score"] = sum(g.auto_score or 0 for g in grades if g.auto_score is not None)
                 verdict["max_score"] = sum(g.max_score for g in grades if g.auto_score is not None)
@@ -281,27 +270,16 @@ def grade_solution(course: Path, assignment: str, extra: Path | None) -> dict:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def checking_config(config, work: Path, course: Path | None = None):
-    """The course's grading configuration, in the throw-away course ``work``, without the hook (no check of
-    the check) and with the reports kept there.  The kernel's audit hook watches the real ``course`` as well, as it
-    does when a submission is graded there: a kernel that opens files of the course (its own library, when the
-    packages are found in the course folder but not shown to the kernel as its own) flags the solution here, and
-    nothing is graded."""
-    config.CourseDirectory.root = str(work)
-    if course is not None:
-        config.SandboxedExecute.watch_also = [str(course)]
-    config.Autograde.pre_convert_hook = None
-    config.RecordVerdict.copy_detection = False     # the worked solution is the solution
-    for name in ("StripForgedMetadata", "ScanSubmission", "SandboxedExecute", "VerifyOutside", "SetupCheck"):
-        config[name].report_directory = str(work / "reports")
-    return config
-
-
-def _api(config):
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
-
-    return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+def checking_run(course: Path, assignment: str, extra: Path | None, work: Path) -> GradingRun:
+    """The course's grading, in the throw-away course ``work`` with a gradebook of its own, without the hook (no
+    check of the check) and with the reports kept there.  The kernel's audit hook watches the real ``course`` as
+    well, as it does when a submission is graded there: a kernel that opens files of the course (its own library,
+    when the packages are found in the course folder but not shown to the kernel as its own) flags the solution
+    here, and nothing is graded.  A solution starved by the machine's load is graded once more, with longer
+    limits, as the batch grades a submission."""
+    return GradingRun.create(course, assignment, work / "reports", root=work, extra_config=extra,
+                             db_url=f"sqlite:///{work / 'gradebook.db'}", retries=1, check_first=False,
+                             watch_also=(str(course),))
 
 
 def _last_line(text) -> str:

@@ -1145,7 +1145,7 @@ def against_course(course: Path, assignment: str, student: str, cells: list[str]
                    source_dir: str = "solutions") -> Analysis:
     """One submission (the text of its notebook's cells, as graded) compared with the course's own code only:
     tfmlib, the worked solutions and the site.  What plain ``nbgrader autograde`` does for each notebook it
-    grades (``verdicts.RecordVerdict``), so that a pasted solution is flagged on that path too (red-team round
+    grades (``record_verdict.RecordVerdict``), so that a pasted solution is flagged on that path too (red-team round
     23); ``scripts/grade.py`` compares the whole class, classmates included (``analyse_class``).  The references
     are read once per process."""
     key = (str(course), assignment, source_dir)

@@ -9,18 +9,15 @@ grader flagged carries the reason as the automatic comment of its first answer c
 grading view, and in the learner's feedback, which already says why an answer was withheld).  A copy suspicion
 is not written into a comment: feedback is the learner's, and a suspicion is the instructor's to review first.
 
-Writers: the ``RecordVerdict`` preprocessor (last in the autograde pipeline: plain ``nbgrader autograde`` and
-Formgrader's *Autograde*), ``batch.grade_one`` (a status only the batch knows: invalid notebook, a retry
-that stayed starved) and ``class_report`` (copy detection).  Readers: ``export.VerdictExportPlugin``
+Writers: the ``RecordVerdict`` preprocessor (``record_verdict.py``, last in the autograde pipeline: plain
+``nbgrader autograde`` and Formgrader's *Autograde*), ``batch.grade_one`` (a status only the batch knows: invalid
+notebook, a retry that stayed starved) and ``class_report`` (copy detection).  Readers: ``export.VerdictExportPlugin``
 (``nbgrader export``) and the Formgrader page ``formgrader_page.py``.
 """
 from __future__ import annotations
 
 import json
 import time
-
-from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Bool, Unicode
 
 TABLE = "tfm_verdict"
 COLUMNS = ["status", "reason", "similar_to", "similarity"]
@@ -166,75 +163,3 @@ def _set_ours(db_url: str, assignment: str, ours: dict[str, bool]) -> None:
                              .values(flagged_by_grader=flag))
     finally:
         engine.dispose()
-
-
-class RecordVerdict(NbGraderPreprocessor):
-    """The last autograde preprocessor: the status and reason that this notebook's report gives the submission
-    (``report.SubmissionReport.status``), saved as the submission's verdict (``save``), and the instructor's report
-    of the submission (``report.render``) in ``grading/<assignment>/reports/``.  ``scripts/grade.py`` saves its own
-    verdict and report after it (a retry, a status only the batch knows, how the run went)."""
-
-    report_directory = Unicode("", help="Where the grading reports go.").tag(config=True)
-    write_report = Bool(True, help="Write the instructor's report of the submission (scripts/grade.py writes its "
-                                   "own).").tag(config=True)
-    copy_detection = Bool(True, help="Compare the submission's graded functions with the course's own code "
-                                     "(tfmlib, the worked solutions, the site) and keep what is flagged in the verdict "
-                                     "(scripts/grade.py compares the whole class instead).").tag(config=True)
-
-    def preprocess(self, nb, resources):
-        from pathlib import Path
-
-        from tfmgrader.preprocessors import _ids, report_folder
-        from tfmgrader.report import SubmissionReport
-
-        folder = report_folder(self.report_directory, resources)
-        assignment, student, notebook = _ids(resources)
-        answers = [c.metadata.nbgrader.get("grade_id") for c in nb.cells
-                   if c.metadata.get("nbgrader", {}).get("solution")]
-        db_url = resources.get("nbgrader", {}).get("db_url")
-        if folder is None or not db_url:
-            return nb, resources
-        findings = SubmissionReport.load(Path(folder) / assignment / f"{student}.json")
-        status, reason = findings.status({"success": True})
-        try:
-            save(db_url, assignment, student, comment_cell=(notebook, answers[0]) if answers else None,
-                 status=str(status), reason=reason)
-        except Exception as err:  # noqa: BLE001 - the grade stands; the batch saves the verdict again
-            self.log.warning("could not save the grader's verdict of %s/%s: %s", student, assignment, err)
-        path = Path(resources.get("metadata", {}).get("path") or "").resolve()
-        if self.copy_detection and len(path.parents) > 2:      # <course>/submitted/<student>/<assignment>
-            self._copy_detection(nb, path.parents[2], db_url, assignment, student)
-        if self.write_report and len(path.parents) > 2:      # <course>/autograded/<student>/<assignment>
-            from tfmgrader import report
-
-            try:
-                score, max_score, tests = report.gradebook_scores(db_url, assignment, student)
-                report.write_report(report.report_folder_of(path.parents[2], assignment), report.render(
-                    assignment, student, status=status, reason=reason, score=score, max_score=max_score,
-                    tests=tests, findings=findings, verdict=load(db_url, assignment).get((assignment, student))))
-            except Exception as err:  # noqa: BLE001 - the grade stands without its report
-                self.log.warning("could not write the report of %s/%s: %s", student, assignment, err)
-        return nb, resources
-
-    def _copy_detection(self, nb, course, db_url: str, assignment: str, student: str) -> None:
-        """The notebook's cells as the kernel ran them, compared with the course's code
-        (``similarity.against_course``); a flagged function and its source saved in the verdict, which flags the
-        submission."""
-        from tfmgrader import similarity
-        from tfmgrader.class_report import copy_suspicions
-
-        try:
-            source_dir = self.config.CourseDirectory.get("source_directory") or "source"
-            analysis = similarity.against_course(course, assignment, student, [c.source for c in nb.cells],
-                                                 source_dir)
-            from tfmgrader.report import gradebook_scores
-            points = gradebook_scores(db_url, assignment, student)[0]
-            save(db_url, assignment, student,
-                 **copy_suspicions(analysis, [student], [student] if points and points > 0 else [])[student])
-        except Exception as err:  # noqa: BLE001 - the grade stands; the submission is flagged for review
-            self.log.warning("copy detection failed for %s/%s: %s", student, assignment, err)
-            try:
-                save(db_url, assignment, student, similarity="",
-                     similar_to=f"copy detection failed ({type(err).__name__}): review by hand")
-            except Exception as err2:  # noqa: BLE001
-                self.log.warning("could not flag %s/%s: %s", student, assignment, err2)
