@@ -28,7 +28,10 @@ the row chosen from it); ``--tokens plain`` is the normalisation before issue 32
 of independent assignments only), ``copydetect`` copydetect's own tokeniser on top of it, ``dolos`` Dolos
 (npm ``@dodona/dolos-lib``, installed under $DOLOS_DIR, not a dependency of the course) in place of ours, on the
 same units (``scripts/dolos_pairs.mjs``; ``--k`` is then Dolos's k-gram length).  ``round 2``: the hand-written
-copies marked ``"round": 2`` in ``disguised/index.json``, written and committed before any result on them was seen.
+copies marked ``"round": 2`` in ``disguised/index.json``, written and committed before any result on them was seen;
+``round 4``: copies (``"round": 4``) and independent answers (styles ``r4-...``) written by two helpers who never saw
+the detector, its tests or the corpus (the copier read only the course's code, the other only the contracts), and
+measured once.
 """
 from __future__ import annotations
 
@@ -56,6 +59,7 @@ ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir(
 SEEDS = (0, 1)
 HALVES = ("tune", "held-out")
 TARGET_FOUND, TARGET_FALSE = 0.90, 0.02      # issue 32, on the held-out half
+BLIND = "-r4-"       # independent answers of round 4 (their style names start with r4-)
 K_DEFAULT = sim.K
 MARKERS_RE = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[^\n]*\n", re.M)   # nbgrader's, not in a learner's copy
 DOLOS_WINDOW = 1          # Dolos's k-grams per winnowing window (--dolos-window)
@@ -354,9 +358,9 @@ def evaluate(assignment: str, half: str, k: int, threshold: float, min_tokens: i
              cache: dict | None = None, verbose: bool = False) -> dict:
     """Counts for one half of one assignment."""
     cache = cache if cache is not None else {}
-    c = {"copies": 0, "found": 0, "hand": 0, "hand_found": 0, "hand2": 0, "hand2_found": 0, "copies_short": 0,
-         "independent": 0,
-         "false_positives": 0, "independent_short": 0, "misses": [], "false": []}
+    c = {"copies": 0, "found": 0, "hand": 0, "hand_found": 0, "hand2": 0, "hand2_found": 0, "hand4": 0,
+         "hand4_found": 0, "copies_short": 0, "independent": 0, "independent4": 0, "false_positives": 0,
+         "false4": 0, "independent_short": 0, "misses": [], "false": []}
     for r in records(assignment, half, k, mode, cache):
         r = chosen_variant(r, threshold, min_tokens)
         short = r["size"] < min_tokens
@@ -369,6 +373,7 @@ def evaluate(assignment: str, half: str, k: int, threshold: float, min_tokens: i
                 if r["kind"] == "hand-written":           # a hand-written copy too short to attribute is missed
                     c["hand"] += 1
                     c["hand2"] += r["round"] == 2
+                    c["hand4"] += r["round"] == 4
                     c["misses"].append(f"{where} (too short; copied from {r['want']})")
                 continue
             c["copies"] += 1
@@ -378,6 +383,8 @@ def evaluate(assignment: str, half: str, k: int, threshold: float, min_tokens: i
                 c["hand_found"] += flagged and right
                 c["hand2"] += r["round"] == 2
                 c["hand2_found"] += r["round"] == 2 and flagged and right
+                c["hand4"] += r["round"] == 4
+                c["hand4_found"] += r["round"] == 4 and flagged and right
             if not (flagged and right):
                 c["misses"].append(f"{where} (copied from {r['want']})")
         else:
@@ -386,6 +393,8 @@ def evaluate(assignment: str, half: str, k: int, threshold: float, min_tokens: i
                 continue
             c["independent"] += 1
             c["false_positives"] += flagged
+            c["independent4"] += BLIND in r["student"]
+            c["false4"] += BLIND in r["student"] and flagged
             if flagged or verbose:
                 c["false"].append(where + (" FLAGGED" if flagged else ""))
     return c
@@ -471,8 +480,10 @@ def main(argv=None) -> int:
                    args.verbose)
         print(f"{half}: copied functions long enough to attribute flagged with the right source "
               f"{rate(t['found'], t['copies'])}; hand-written copies (all) {rate(t['hand_found'], t['hand'])}, "
-              f"of them written in round 2 {rate(t['hand2_found'], t['hand2'])}; independent functions flagged "
-              f"{rate(t['false_positives'], t['independent'])}; too short to attribute: {t['copies_short']} "
+              f"of them written in round 2 {rate(t['hand2_found'], t['hand2'])}, in round 4 "
+              f"{rate(t['hand4_found'], t['hand4'])}; independent functions flagged "
+              f"{rate(t['false_positives'], t['independent'])}, of them written in round 4 "
+              f"{rate(t['false4'], t['independent4'])}; too short to attribute: {t['copies_short']} "
               f"copied, {t['independent_short']} independent")
         for line in t["misses"]:
             print("   missed:", line)

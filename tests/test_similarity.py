@@ -201,7 +201,21 @@ def test_canonical_form_of_the_usual_disguises():
     helper = "\n\ndef ln(x, g, b, eps):\n    if eps > 1:\n        return x\n    return (x - g) / b + eps\n"
     assert norm("def f(x, g, b):\n    return ln(x, g, b, eps=1e-5)" + helper) == \
         norm("def f(x, g, b):\n    return ln(x, g, b, 1e-5)" + helper)
+    # a value chosen by a statement or by an expression; a list or a tuple of arguments
+    chosen = norm("def f(x, m=None):\n    o = 0\n    if m is not None:\n        o = m.shape[-2]\n"
+                  "    return torch.cat([x, x], dim=-1) + o\n")
+    assert chosen == norm("def f(x, m=None):\n    if m is None:\n        o = 0\n    else:\n        o = m.shape[-2]\n"
+                          "    return torch.cat((x, x), dim=-1) + o\n")
+    assert chosen == norm("def f(x, m=None):\n    return torch.cat((x, x), -1) + (0 if m is None else m.shape[-2])\n")
+    # a size computed from shapes, however it is computed (issue 32's fourth case: x.size(i), h * d_h)
+    assert norm("def f(x, w, h):\n    q = (x @ w).view(x.shape[0], x.shape[1], h, x.shape[2] // h)\n"
+                "    return (q * q.shape[-1] ** -0.5).reshape(q.shape[0], q.shape[1], q.shape[2] * q.shape[3])\n") == \
+        norm("def f(x, w, h):\n    b, t, d = x.size(0), x.size(1), x.size(2)\n    q = (x @ w).view(b, t, h, d // h)\n"
+             "    return (q / (d // h) ** 0.5).reshape(b, t, h * (d // h))\n")
     # what is computed differently stays different
+    assert norm("def f(x, n):\n    return x.view(x.shape[0], -1)\n") != norm("def f(x, n):\n    return x.view(-1, x.shape[0])\n")
+    assert norm("def f(x, m):\n    y = x\n    if m:\n        y = y + 1\n    return y\n") != \
+        norm("def f(x, m):\n    return x + 1\n")
     assert norm("def f(x):\n    return x.view(2, -1)\n") != norm("def f(x):\n    return x.reshape(2, -1)\n")
     assert norm("def f(x):\n    return x.sum(-1)\n") != norm("def f(x):\n    return x.mean(-1)\n")
 
@@ -244,8 +258,9 @@ def test_hand_written_disguises_compute_what_their_source_computes():
             "fit_chinchilla": lambda: runs,
             "swiglu": lambda: (r(2, 3, 4), r(4, 6), r(4, 6), r(6, 4)),
             "apply_rope": lambda: (r(2, 5, 6), torch.arange(3, 8)),
-            "grouped_query_attention": lambda: (r(2, 3, 8), r(8, 8), r(8, 4), r(8, 4), r(8, 8), 4, 2,
-                                                (r(2, 2, 2, 2), r(2, 2, 2, 2))),
+            # heads of 4 features: with 2, every pairing of RoPE's features is the same rotation
+            "grouped_query_attention": lambda: (r(2, 3, 8), r(8, 16), r(8, 8), r(8, 8), r(16, 8), 4, 2,
+                                                (r(2, 2, 2, 4), r(2, 2, 2, 4))),
         }[name]()
 
     n_runs = torch.tensor([1e7, 3e7, 1e8, 3e8, 1e9, 1e7, 1e8, 1e9], dtype=torch.float64)
@@ -285,11 +300,11 @@ def test_calibration_held_out_half_holds_its_numbers_and_the_guide_reports_them(
     from similarity_calibration import ASSIGNMENTS, totals
 
     t = totals(ASSIGNMENTS, "held-out", sim.K, sim.THRESHOLD, sim.MIN_TOKENS, "ast", {})
-    assert t["hand"] >= 33 and t["independent"] >= 48, t
-    # 25 of 33 today (76%, under issue 32's 90%, as the guide says): no fewer
-    assert t["hand_found"] >= 25, t["misses"]
-    # three of 48 today (6%, over the target of 2%: the price of the coverage floor, as the guide says): no more
-    assert t["false_positives"] <= 3, t["false"]
+    assert t["hand"] >= 39 and t["independent"] >= 57, t
+    # 28 of 39 today (72%, under issue 32's 90%, as the guide says): no fewer
+    assert t["hand_found"] >= 28, t["misses"]
+    # seven of 57 today (12%, over the target of 2%; round 4's blind answers, as the guide says): no more
+    assert t["false_positives"] <= 7, t["false"]
     guide = (ROOT / "book" / "appendix" / "grading.md").read_text()
     assert f"| held-out | {t['hand_found']} / {t['hand']} " in guide
     assert f"| {t['false_positives']} / {t['independent']} " in guide

@@ -390,6 +390,12 @@ class Spellings(ast.NodeTransformer):
         args, kw = node.args, node.keywords
         if any(isinstance(a, ast.Starred) for a in args) or any(k.arg is None for k in kw):
             return node
+        if any(isinstance(a, ast.List) for a in args):     # torch.cat([a, b]) -> torch.cat((a, b))
+            node.args = args = [ast.Tuple(a.elts, ast.Load()) if isinstance(a, ast.List) else a for a in args]
+        if name in ("torch.concat", "torch.concatenate"):       # the same function as torch.cat
+            node.func, name = ast.Attribute(ast.Name("torch", ast.Load()), "cat", ast.Load()), "torch.cat"
+        if name in ("torch.cat", "torch.stack") and len(args) == 1 and [k.arg for k in kw] == ["dim"]:
+            node.args, node.keywords = args, kw = [*args, kw[0].value], []     # torch.cat(t, dim=-1): by position
         if name in SIZED and len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)) \
                 and not any(isinstance(e, ast.Starred) for e in args[0].elts):
             node.args = args = list(args[0].elts)     # torch.zeros((n, d)) -> torch.zeros(n, d)
@@ -486,6 +492,36 @@ class Spellings(ast.NodeTransformer):
             if k.arg == "dim" and _int_like(k.value):
                 k.value = ast.Name("DIM", ast.Load())
         return node
+
+
+SIZE_OPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)
+
+
+class Sizes(ast.NodeTransformer):
+    """A size computed from tensors' shapes is one ``SIZE``, however it is computed: ``q.shape[-1]``,
+    ``x.size(2) // n_heads`` and ``h * d_h`` give the same head width (which tensor a size is read from is
+    already bookkeeping, ``Spellings.visit_Attribute``).  Runs on the renamed unit (``similarity.normalise``)."""
+
+    def _size(self, node) -> bool | None:
+        """True: a size of shapes; None: a part a size may hold (a name, a whole number); False: neither."""
+        if isinstance(node, ast.Subscript) and dotted(node.value) == "TENSOR.shape":
+            return True
+        if isinstance(node, ast.Name) or (isinstance(node, ast.Constant) and type(node.value) is int):
+            return None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, SIZE_OPS):
+            parts = (self._size(node.left), self._size(node.right))
+            return False if False in parts else True if True in parts else None
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return self._size(node.operand)
+        return False
+
+    def generic_visit(self, node):
+        if isinstance(node, ast.expr) and self._size(node) is True:
+            return ast.Name("SIZE", ast.Load())
+        return super().generic_visit(node)
+
+    def visit(self, node):
+        return self.generic_visit(node)
 
 
 def _commutes(op) -> bool:
@@ -878,6 +914,42 @@ def _merge_reassignments(body: list[ast.stmt]) -> bool:
     return False
 
 
+def _single_assign(stmts: list[ast.stmt]) -> tuple[str, ast.expr] | None:
+    """``(x, value)`` when ``stmts`` is one plain ``x = value``."""
+    if len(stmts) == 1 and isinstance(stmts[0], ast.Assign) and len(stmts[0].targets) == 1 \
+            and isinstance(stmts[0].targets[0], ast.Name):
+        return stmts[0].targets[0].id, stmts[0].value
+    return None
+
+
+def _conditional_assignments(body: list[ast.stmt]) -> bool:
+    """A value chosen by a statement is a value chosen by an expression: ``if c: x = a`` / ``else: x = b`` and
+    ``x = b`` directly followed by ``if c: x = a`` (``c`` not reading ``x``) -> ``x = a if c else b``."""
+    for i, stmt in enumerate(body):
+        if not isinstance(stmt, ast.If):
+            continue
+        then = _single_assign(stmt.body)
+        if then is None:
+            continue
+        other = _single_assign(stmt.orelse) if stmt.orelse else None
+        if other is not None and other[0] == then[0]:
+            body[i] = _choice(then[0], stmt.test, then[1], other[1])
+            return True
+        before = _single_assign(body[i - 1:i]) if i else None
+        if not stmt.orelse and before is not None and before[0] == then[0] and then[0] not in _reads(stmt.test) \
+                and then[0] not in _reads(then[1]):
+            # x = b; if c: x = f(x)  ->  x = f(b) if c else b   (the x that f reads is b)
+            value = _Replace({then[0]: before[1]}).visit(copy.deepcopy(then[1]))
+            body[i - 1:i + 1] = [_choice(then[0], stmt.test, value, before[1])]
+            return True
+    return False
+
+
+def _choice(name: str, test: ast.expr, yes: ast.expr, no: ast.expr) -> ast.Assign:
+    """``name = yes if test else no``, in the one spelling of a choice (``Spellings.visit_IfExp``)."""
+    return Spellings().visit(ast.Assign([ast.Name(name, ast.Store())], ast.IfExp(test, yes, no), lineno=0))
+
+
 def _drop_dead(func: ast.AST, keep: set[str], useless_only: bool = False) -> bool:
     """Useless statements, and assignments to names nobody reads, removed (a block never left empty)."""
     loads, _ = _loads_stores(func)
@@ -1088,6 +1160,7 @@ def simplify_function(func: ast.FunctionDef | ast.Module) -> None:
             changed |= _shape_unpack(body)
             changed |= _while_to_for(body, func)
             changed |= _merge_reassignments(body)
+            changed |= _conditional_assignments(body)
         for node in ast.walk(func):
             if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and dotted(node.iter.func) == "range":
                 _range_args(node.iter)

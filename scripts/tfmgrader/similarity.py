@@ -219,6 +219,7 @@ def normalise(code: str | list[ast.stmt], inline: dict[str, ast.FunctionDef] | N
     _canonical(module, bound)
     _Renamer(bound).visit(module)
     if CANONICAL:
+        canonical.Sizes().visit(module)
         canonical.Commute(PLACEHOLDER).visit(module)
     return ast.unparse(ast.fix_missing_locations(module))
 
@@ -693,20 +694,29 @@ def module_functions(path: Path) -> tuple[dict[str, ast.AST], str]:
 
 
 def tfmlib_units(graded: list[str]) -> list[Unit]:
-    """tfmlib's function of the same name as each graded function (with the tfmlib helpers it calls)."""
+    """tfmlib's function of the same name as each graded function, with the tfmlib helpers it calls, those of
+    other modules of tfmlib too: tfmlib is not in the graded kernel, so a copy of its function carries them."""
     folder = tfmlib_folder()
-    units = []
+    modules = {}
     for path in sorted(folder.glob("*.py")):
         try:
-            functions, text = module_functions(path)
+            modules[path] = module_functions(path)
         except (OSError, SyntaxError):
             continue
-        defs = {n: f for n, f in functions.items() if isinstance(f, ast.FunctionDef) and "." not in n}
+    for functions, text in modules.values():
+        for f in functions.values():
+            f._cell_source = text                 # each definition shown from its own file (unit_source)
+    everywhere = {n: f for functions, _ in modules.values() for n, f in functions.items()
+                  if isinstance(f, ast.FunctionDef) and "." not in n}
+    units = []
+    for path, (functions, _) in modules.items():
+        own = {n: f for n, f in functions.items() if isinstance(f, ast.FunctionDef) and "." not in n}
+        defs = {**everywhere, **own}
         for name in graded:
-            if name in defs:
+            if name in own:
                 statements = unit(name, defs, set(graded))
                 others = other_graded(name, defs, graded)
-                u = Unit(f"tfmlib/{path.name}: {name}", "tfmlib", name, unit_source(statements, text),
+                u = Unit(f"tfmlib/{path.name}: {name}", "tfmlib", name, unit_source(statements),
                          normalise(statements, others, name))
                 units += [u, *inlined_variants(u, defs, graded)]
     return units
