@@ -867,6 +867,36 @@ def test_some_students_merge_into_the_rows_of_the_class(tmp_path):
     assert not (tmp_path / "grades.csv").exists()
 
 
+def test_grades_csv_is_written_once_with_the_class_reports_columns(tmp_path):
+    """Issue 34: the class reports run before grades.csv is written, and it is written once, with their columns;
+    reports that fail leave the grades with empty columns."""
+    from tfmgrader.batch import State, write_grades
+    students, fps = ["ada", "bob"], {"ada": "1", "bob": "2"}
+    state = State(tmp_path)
+    for s in students:
+        state.mark_done(s, {"student_id": s, "score": 1.0, "status": "graded", "reason": ""}, fps[s])
+    seen = []
+
+    def reports(klass, rows):
+        seen.append((klass, [r["student_id"] for r in rows], (tmp_path / "grades.csv").exists()))
+        return {"bob": {"similar_to": "f ~ tfmlib (0.95)", "similarity": "0.95"},
+                "ada": {"similar_to": "", "similarity": ""}}
+
+    write_grades(tmp_path, students, students, fps, state, None, None, reports)
+    assert seen == [(students, students, False)]
+    with open(tmp_path / "grades.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["student_id"], r["similarity"]) for r in rows] == [("ada", ""), ("bob", "0.95")]
+
+    def broken(klass, rows):
+        raise RuntimeError("no similarity today")
+
+    write_grades(tmp_path, students, students, fps, state, None, None, broken)
+    with open(tmp_path / "grades.csv") as f:
+        assert [(r["student_id"], r["score"], r["similar_to"]) for r in csv.DictReader(f)] == \
+            [("ada", "1.0", ""), ("bob", "1.0", "")]
+
+
 def test_verdicts_flag_the_gradebook_and_reach_export_and_formgrader(tmp_path):
     """verdicts.save: a flagged status flags the submission with the grader's comment; a later clean grade
     clears both; an instructor's own flag is kept; a copy suspicion flags without a comment; the export plugin

@@ -340,11 +340,14 @@ def grade(course: Path, assignment: str, out: Path, only: list[str] | None = Non
     rows, died = run_batch(todo, fps, regraded, jobs, run, batch)
     wall = time.monotonic() - start
     write_run_report(out, assignment, shard, jobs, mine, todo, rows, regraded, died, wall, ended)
-    complete, klass = write_grades(out, students, mine, fps, state, shard, selected)
-    if klass and all(s in complete for s in klass):   # copy detection and the class's mistakes
+    def class_reports(klass: list[str], rows: list[dict]) -> dict[str, dict]:
+        """Copy detection and the class's mistakes, once every submission is graded; grades.csv's columns."""
         from tfmgrader.class_report import write_class_reports
-        write_class_reports(course, assignment, out, klass, submitted, coursedir.source_directory,
-                            coursedir.autograded_directory, coursedir.db_url)
+        return write_class_reports(course, assignment, out, klass, submitted, coursedir.source_directory,
+                                   coursedir.autograded_directory, coursedir.db_url, rows)[1]
+
+    complete, klass = write_grades(out, students, mine, fps, state, shard, selected, class_reports)
+    if klass and all(s in complete for s in klass):
         refresh_reports(out / "reports", coursedir.db_url, assignment, klass)
     if rows:
         seconds = [r["seconds"] for r in rows]
@@ -382,13 +385,15 @@ def write_run_report(out: Path, assignment: str, shard, jobs: int, mine: list[st
 
 
 def write_grades(out: Path, students: list[str], mine: list[str], fps: dict[str, str], state: State,
-                 shard, selected: set[str] | None = None) -> tuple[dict[str, dict], list[str]]:
+                 shard, selected: set[str] | None = None, class_reports=None) -> tuple[dict[str, dict], list[str]]:
     """Write this shard's rows (``shards/grades-I-of-N.csv``) and, once every submission of the class is done
     (by any shard or run), ``grades.csv``; returns (the rows that are done, the class).
 
     The class of ``out`` is every submission; with ``--students`` (``selected``), the students selected now
     and those an earlier run graded into ``out``.  Grading some students therefore merges: their rows are
-    replaced, every other row of ``grades.csv`` is kept, and the class reports are made for the whole class."""
+    replaced, every other row of ``grades.csv`` is kept, and the class reports are made for the whole class.
+    ``class_reports(class, rows)``: called once the class is complete, before grades.csv is written (once), with
+    the columns it returns ({student: {column: value}}) in each row."""
     done = {s: state.done(s) for s in students}
     complete = {s: d["row"] for s, d in done.items() if d and d["fingerprint"] == fps[s]}
     klass = [s for s in students if selected is None or s in selected or done[s] is not None]
@@ -396,7 +401,16 @@ def write_grades(out: Path, students: list[str], mine: list[str], fps: dict[str,
         write_csv(out / "shards" / f"grades-{shard[0]}-of-{shard[1]}.csv", [complete[s] for s in mine if s in complete])
     waiting = [s for s in klass if s not in complete]
     if not waiting:
-        write_csv(out / "grades.csv", [complete[s] for s in klass])
+        rows = [dict(complete[s]) for s in klass]
+        if class_reports is not None:
+            try:
+                extra = class_reports(klass, rows)
+            except Exception as err:  # noqa: BLE001 - the grades stand without the class reports
+                print(f"the class reports failed ({type(err).__name__}: {err}); grades.csv has no similarity")
+                extra = {s: {"similar_to": "", "similarity": ""} for s in klass}
+            for row in rows:
+                row.update(extra.get(row["student_id"], {}))
+        write_csv(out / "grades.csv", rows)
         print(f"grades of all {len(klass)} submissions in {out / 'grades.csv'}"
               + (f" ({len(set(mine) & set(klass))} graded or checked by this run, the others as graded before)"
                  if len(mine) < len(klass) else ""))

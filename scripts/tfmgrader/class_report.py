@@ -9,7 +9,6 @@ grades as they are: it never stops the batch.
 """
 from __future__ import annotations
 
-import csv
 import traceback
 from pathlib import Path
 
@@ -18,14 +17,10 @@ from tfmgrader import similarity
 from tfmgrader.files import write_csv
 
 
-def add_columns(grades: Path, analysis) -> None:
-    """Rewrite ``grades.csv`` with the two similarity columns (empty for a submission with nothing to compare)."""
-    with open(grades, newline="") as f:
-        rows = list(csv.DictReader(f))
-    for row in rows:
-        row.update(similarity.summary(analysis, row["student_id"]) if analysis is not None
-                   else {"similar_to": "", "similarity": ""})
-    write_csv(grades, rows)
+def columns(analysis, students: list[str]) -> dict[str, dict[str, str]]:
+    """grades.csv's two similarity columns of each student (empty for a submission with nothing to compare)."""
+    return {s: similarity.summary(analysis, s) if analysis is not None else {"similar_to": "", "similarity": ""}
+            for s in students}
 
 
 #: What a submission that scored with none of its graded functions readable is flagged with: copy detection reads
@@ -51,13 +46,16 @@ def copy_suspicions(analysis, students: list[str], scored=()) -> dict[str, dict[
     return out
 
 
-def scored(grades: Path) -> list[str]:
-    """The students of ``grades.csv`` with points above zero."""
-    try:
-        with open(grades, newline="") as f:
-            return [r["student_id"] for r in csv.DictReader(f) if float(r.get("score") or 0) > 0]
-    except (OSError, ValueError, KeyError):
-        return []
+def scored(rows: list[dict]) -> list[str]:
+    """The students of grades.csv's ``rows`` with points above zero."""
+    out = []
+    for r in rows:
+        try:
+            if float(r.get("score") or 0) > 0:
+                out.append(r["student_id"])
+        except (ValueError, TypeError, KeyError):
+            continue
+    return out
 
 
 def save_suspicions(db_url: str, assignment: str, suspicions: dict[str, dict[str, str]]) -> None:
@@ -69,8 +67,9 @@ def save_suspicions(db_url: str, assignment: str, suspicions: dict[str, dict[str
 
 def write_class_reports(course: Path, assignment: str, out: Path, students: list[str], submitted: Path,
                         source_dir: str = "solutions", autograded_dir: str = "autograded",
-                        db_url: str | None = None) -> list[str]:
-    """Write the class reports next to ``out/grades.csv``; returns the paths written."""
+                        db_url: str | None = None, rows: list[dict] = ()) -> tuple[list[str], dict[str, dict]]:
+    """Write the class reports into ``out``, beside grades.csv; returns (the paths written, grades.csv's similarity
+    columns of each student).  ``rows``: the class's grades.csv rows (who scored)."""
     written, analysis = [], None
     try:
         analysis = similarity.analyse_class(course, assignment, students, submitted, source_dir)
@@ -85,19 +84,20 @@ def write_class_reports(course: Path, assignment: str, out: Path, students: list
         if db_url:
             failed = {"similar_to": f"copy detection failed ({type(err).__name__}): review by hand", "similarity": ""}
             try:
-                save_suspicions(db_url, assignment, {s: failed for s in scored(out / "grades.csv")})
+                save_suspicions(db_url, assignment, {s: failed for s in scored(rows)})
             except Exception as err2:  # noqa: BLE001
                 print(f"could not flag the class in the gradebook ({type(err2).__name__}: {err2})")
     if analysis is not None and db_url:
         try:
-            save_suspicions(db_url, assignment, copy_suspicions(analysis, students, scored(out / "grades.csv")))
+            save_suspicions(db_url, assignment, copy_suspicions(analysis, students, scored(rows)))
         except Exception as err:  # noqa: BLE001
             print(f"could not save the copy suspicions in the gradebook ({type(err).__name__}: {err})")
             traceback.print_exc()
     try:
-        add_columns(out / "grades.csv", analysis)
+        found = columns(analysis, students)
     except Exception as err:  # noqa: BLE001
-        print(f"could not add the similarity columns to grades.csv ({type(err).__name__}: {err})")
+        print(f"could not summarise copy detection for grades.csv ({type(err).__name__}: {err})")
+        found = columns(None, students)
     try:
         notebooks = sorted((course / source_dir / assignment).glob("*.ipynb"))
         autograded = {s: sorted((course / autograded_dir / s / assignment).glob("*.ipynb")) for s in students}
@@ -115,4 +115,4 @@ def write_class_reports(course: Path, assignment: str, out: Path, students: list
     except Exception as err:  # noqa: BLE001
         print(f"the mistake report failed ({type(err).__name__}: {err})")
         traceback.print_exc()
-    return written
+    return written, found
