@@ -9,9 +9,9 @@ STAMP  := $(VENV)/.installed
 
 venv: $(STAMP)
 
-# configurable-http-proxy, JupyterHub's proxy (the class's hub: scripts/hub/, tests/test_hub.py), from npm into
+# configurable-http-proxy, JupyterHub's proxy (the class's hub: scripts/hub/, tests/book/test_hub.py), from npm into
 # $(VENV)/node (git-ignored with the rest of $(VENV)).  Without npm it is left out (self-study needs no hub);
-# tests/test_hub.py then skips, or fails under CI.
+# tests/book/test_hub.py then skips, or fails under CI.
 PROXY_VERSION := 5.3.0
 
 $(STAMP): pyproject.toml

@@ -23,7 +23,7 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
 # The learners' Validate (nbgrader's plain Execute, unsandboxed): a cell that loops forever is interrupted after
 # `timeout` seconds and Validate goes on with the next cell.  Autograding does not use these: it runs in the
-# sandbox with the grader's limits (scripts/tfmgrader/limits.json: GRADER_CELL_TIMEOUT, 30 s by default, past
+# sandbox with the grader's limits (grader/tfmgrader/limits.json: GRADER_CELL_TIMEOUT, 30 s by default, past
 # which the kernel is stopped and the submission is "timed out").
 c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
@@ -41,7 +41,7 @@ c.LimitOutput.max_traceback = 60
 
 # Autograding (plain `nbgrader autograde` and formgrader's Autograde button) always uses the course's
 # hardened pipeline: learners' code is scanned, runs in a bubblewrap sandbox, and every test's verdict is
-# reached again outside the learner's process (the tfmgrader package: scripts/tfmgrader/hardened.py,
+# reached again outside the learner's process (the tfmgrader package: grader/tfmgrader/hardened.py,
 # book/appendix/grading.md).
 # Without bubblewrap, autograding stops with a message saying how to install it or opt out explicitly.
 # Learners' Validate is not affected.
@@ -50,7 +50,7 @@ from tfmgrader.hardened import configure_autograde  # noqa: E402
 configure_autograde(c)
 
 # `nbgrader export` writes nbgrader's columns plus the grader's status, reason and copy suspicion of every
-# submission (scripts/tfmgrader/export.py, from the gradebook's verdict table), to grading/export.csv unless
+# submission (grader/tfmgrader/export.py, from the gradebook's verdict table), to grading/export.csv unless
 # `--to` says otherwise.
 c.ExportApp.plugin_class = "tfmgrader.export.VerdictExportPlugin"
 

@@ -12,9 +12,9 @@ whether the grades are identical to those of one job, the seconds per submission
 the submissions that did not time out, and the core-seconds of the whole run per submission) and the wall
 time of 1,200 submissions on this machine; then the projected wall time of a class of 1,200
 submissions on 1, 2, 4, 8 and 16 such machines (``--shard``), from the fastest job count.  The grader's
-check of each assignment's solution (``scripts/tfmgrader/selfcheck.py``) is done before the timed runs.  The whole
-class takes about 20 minutes on a 2-core machine (``--jobs 1 2``); not run by the tests (tests/test_grading.py and
-tests/test_grading_scale.py grade their own classes).
+check of each assignment's solution (``grader/tfmgrader/selfcheck.py``) is done before the timed runs.  The whole
+class takes about 20 minutes on a 2-core machine (``--jobs 1 2``); not run by the tests
+(tests/tfmgrader/test_grading.py and tests/tfmgrader/test_grading_scale.py grade their own classes).
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "grader"))     # the grader and its fixtures (grader/fixtures/) beside this script
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
 
 
@@ -39,9 +40,7 @@ MACHINES = (1, 2, 4, 8, 16)
 
 def build_class(course: Path, assignments: list[str], per: int, env: dict) -> dict:
     """The course with ``per`` submissions per assignment; returns make_class's expectations."""
-    from course_fixtures import fixture   # tests/fixtures/, imported by path
-
-    make_class = fixture("make_class").make_class
+    from fixtures.make_class import make_class
 
     course.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "nbgrader_config.py", course)
@@ -116,7 +115,7 @@ def main(argv=None) -> int:
     print(f"{n} submissions of {len(args.assignments)} assignment(s) in {course}; {cores} cores; "
           f"load average {os.getloadavg()[0]:.1f} before the runs")
     for a in args.assignments:      # the grader's check of each solution, once, before the timed runs
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "tfmgrader" / "selfcheck.py"), "--course", str(course),
+        subprocess.run([sys.executable, str(ROOT / "grader" / "tfmgrader" / "selfcheck.py"), "--course", str(course),
                         "--assignment", a], env=env, check=True, capture_output=True)
     results, failed = {}, False
     for jobs in args.jobs:

@@ -2,7 +2,7 @@
 
     python scripts/example_class.py COURSE_DIR [--jobs N]
 
-Builds a throw-away course in ``COURSE_DIR`` (must not exist) from the tests' fixtures (tests/fixtures/):
+Builds a throw-away course in ``COURSE_DIR`` (must not exist) from the tests' fixtures (grader/fixtures/):
 ``make_class``'s correct, chatty, unanswered and broken submissions and its correct styles, the independent
 correct and wrong answers of ``similarity_corpus/``, two disguised copies of tfmlib's
 ``scaled_dot_product_attention`` and a disguised copy of a classmate; grades them with ``scripts/grade.py`` and
@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "grader"))     # the grader and its fixtures (grader/fixtures/) beside this script
 A = "03_self_attention"
 IDS = {"scaled_dot_product_attention": "sdpa", "causal_mask": "causal", "self_attention": "self_attention"}
 HEADER = "import math\nimport torch\nimport torch.nn.functional as F\n\n"
@@ -28,11 +29,12 @@ HEADER = "import math\nimport torch\nimport torch.nn.functional as F\n\n"
 def build(course: Path) -> None:
     import nbformat
 
-    from course_fixtures import fixture   # tests/fixtures/, imported by path
+    from fixtures import answers as corpus
+    from fixtures import make_class as generator
+    from fixtures import disguise as disguises
     from tfmgrader.notebooks import answered
 
-    answers, disguises, generator = fixture("answers"), fixture("disguise"), fixture("make_class")
-    STYLES, EXTRA_CORRECT, WRONG = answers.STYLES, answers.EXTRA_CORRECT, answers.WRONG
+    STYLES, EXTRA_CORRECT, WRONG = corpus.STYLES, corpus.EXTRA_CORRECT, corpus.WRONG
     disguise, without_library_checks = disguises.disguise, disguises.without_library_checks
     make_class, with_answers = generator.make_class, generator.with_answers
 

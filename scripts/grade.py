@@ -14,7 +14,7 @@ graded all the same; the exit status is then 1.
 Run from the course root (where ``nbgrader_config.py`` is), after ``nbgrader generate_assignment``
 and ``nbgrader collect`` (submissions in ``submitted/<student>/<assignment>/``).  Each submission is
 checked (valid notebook JSON, the expected notebook names, untouched nbgrader metadata), then
-autograded by nbgrader with ``scripts/tfmgrader/grading_config.py``: learner code is scanned first and
+autograded by nbgrader with ``grader/tfmgrader/grading_config.py``: learner code is scanned first and
 runs in the sandbox kernel.  A broken or hostile submission is recorded with its reason and a score;
 it never stops the batch.
 
@@ -25,7 +25,7 @@ id hashes to shard I, so that N machines grade one assignment together; they sha
 A submission is marked done (``<out>/state/<student>.done``) once its grade is in the gradebook; a
 re-run grades only what is not done, so a killed worker or machine loses nothing and nothing is graded
 twice; ``<out>/run-report.json`` lists what was graded, skipped and re-graded (with why).  What a submission was
-graded from includes the limits (``scripts/tfmgrader/limits.json``, e.g. ``GRADER_CELL_TIMEOUT=60``) and the
+graded from includes the limits (``grader/tfmgrader/limits.json``, e.g. ``GRADER_CELL_TIMEOUT=60``) and the
 grading configuration: a run with other limits grades every submission again and says which limit changed.  A
 submission whose kernel was starved by the machine's load (or could not start) is graded again with
 longer time limits, or else marked 'timed out' with that reason and graded again by the next run: the
@@ -36,15 +36,15 @@ student order, the same with any --jobs or --shard) once every submission is gra
 ``<out>/reports/<student>.json``; prints a summary with the seconds per submission.  ``--students a,b``
 grades those students (again, with ``--regrade``) and merges them into ``<out>``: their rows are replaced and
 every other row, flag and class report stays as the class's.  Every status and reason, and what copy
-detection flagged, is also in the gradebook (``scripts/tfmgrader/verdicts.py``: flagged submissions, the
+detection flagged, is also in the gradebook (``grader/tfmgrader/verdicts.py``: flagged submissions, the
 grader's comment, ``nbgrader export``'s status/reason/similar_to columns, Formgrader's ``/formgrader/flags``).
 With grades.csv, for
-the instructor and changing no score (``scripts/tfmgrader/class_report.py``): copy detection (columns
+the instructor and changing no score (``grader/tfmgrader/class_report.py``): copy detection (columns
 ``similar_to`` and ``similarity``, ``similarity.csv``, ``similarity.html``) and the class's mistakes per graded
 function (``mistakes.csv``, ``mistakes.png``).
 Statuses: graded, flagged, timed out, crashed, invalid notebook, environment error (a read-only setup
 cell failed before any learner code ran: not scored, graded again by the next run).  Before the batch the
-grader grades the assignment's own solution (``scripts/tfmgrader/selfcheck.py``) and grades nothing if that
+grader grades the assignment's own solution (``grader/tfmgrader/selfcheck.py``) and grades nothing if that
 does not get full marks.
 """
 from __future__ import annotations

@@ -2,11 +2,12 @@
 
     .venv/bin/python scripts/memory_test_numbers.py [ANSWER ...]
 
-Runs each answer of tests/test_memory_check.py (and the correct styles of tests/fixtures/styles/07_efficiency) in this
-process, after the solution's setup cell, on the memory test's visible and hidden inputs, and prints per answer and
-input: the largest tensor (elements), the NumPy and Python bytes (tracemalloc), the memory held beyond the setup
-cell's baseline (bytes) and the seconds the call took.  Numbers of memory held move by some megabytes from run to run;
-the times depend on the machine's load and on PyTorch's threads (the grading kernel uses one).
+Runs each answer of tests/tfmcheck/test_memory_check.py (and the correct styles of
+grader/fixtures/styles/07_efficiency) in this process, after the solution's setup cell, on the memory test's visible
+and hidden inputs, and prints per answer and input: the largest tensor (elements), the NumPy and Python bytes
+(tracemalloc), the memory held beyond the setup cell's baseline (bytes) and the seconds the call took. Numbers of
+memory held move by some megabytes from run to run; the times depend on the machine's load and on PyTorch's threads
+(the grading kernel uses one).
 """
 import gc
 import sys
@@ -14,7 +15,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "scripts")]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "tfmcheck"), str(ROOT / "tests" / "tfmgrader"),
+                 str(ROOT / "grader")]
 
 import torch  # noqa: E402
 

@@ -3,7 +3,7 @@
 
     python scripts/reference_errors.py
 
-The tests (tests/test_attention.py, tests/test_blocks.py) assert these stay within 1e-5 in float32
+The tests (tests/tfmlib/test_attention.py, tests/tfmlib/test_blocks.py) assert these stay within 1e-5 in float32
 and 1e-10 in float64; this script prints the actual figures.
 """
 import sys
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import tfmlib
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "tfmlib"))
 from test_attention import copy_into_torch_mha
 from test_blocks import copy_common, randomise
 

@@ -4,7 +4,7 @@ nbgrader's `generate_assignment` runs in a temporary course directory (a copy of
 repository's nbgrader_config.py), so no gradebook or other nbgrader state is left in the repository; then
 each released assignment folder replaces the one in notebooks/.  The output depends on solutions/ only
 (nbgrader writes sorted JSON, fixed cell ids, checksums of the cells' text): running it twice gives the same
-bytes, and tests/test_exercises.py checks that notebooks/ is up to date.
+bytes, and tests/book/test_exercises.py checks that notebooks/ is up to date.
 
 Usage:  python scripts/release.py [--check] [ASSIGNMENT ...]
   --check   regenerate into a temporary folder and exit 1 if notebooks/ differs (changes nothing)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Calibrate the copy detection (scripts/tfmgrader/similarity.py) on a split set; print its error rates.
+"""Calibrate the copy detection (grader/tfmgrader/similarity.py) on a split set; print its error rates.
 
     python scripts/similarity_calibration.py [--half tune|held-out|both] [--grid] [--k K] [--threshold T]
                                              [--min-tokens N] [--tokens ast|plain|copydetect|dolos] [--verbose]
@@ -10,13 +10,13 @@ a class in two halves.  The window, threshold and minimum size are chosen on the
 **held-out** half is only reported.  Eligible settings meet a floor: in every assignment a verbatim copy of the
 worked solution is flagged with it (``verbatim_flagged``); among them ``--grid`` chooses by ``choice_key``.
 
-* tune: the copies that ``tests/fixtures/disguise.py`` generates from tfmlib and the solutions (rename,
+* tune: the copies that ``grader/fixtures/disguise.py`` generates from tfmlib and the solutions (rename,
   reorder, comment, wrap, all four; two seeds), two pairs of students where one copied the other with every
   disguise, and half of the hand-written disguised copies and of the independent answers (which half: the
   SHA-256 of the example's name, ``half_of``);
-* held-out: the rest of the hand-written disguised copies (``tests/fixtures/similarity_corpus/disguised``:
+* held-out: the rest of the hand-written disguised copies (``grader/fixtures/similarity_corpus/disguised``:
   expressions split into lines, unused statements, while loops, inlined helpers, other spellings, ...; none
-  made by the generator) and the rest of the independent answers (``tests/fixtures/styles``,
+  made by the generator) and the rest of the independent answers (``grader/fixtures/styles``,
   ``similarity_corpus/correct`` and ``similarity_corpus/wrong``).
 
 Each half is graded as ``similarity.analyse`` grades a class.  A copy counts as found when it is flagged and
@@ -46,14 +46,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from tfmgrader import similarity as sim  # noqa: E402
-from course_fixtures import fixture  # noqa: E402
+sys.path.insert(0, str(ROOT / "grader"))     # the grader and its fixtures beside this script
 
-# The tests' fixtures (tests/fixtures/), imported by path (scripts/course_fixtures.py).
-_answers, _disguise = fixture("answers"), fixture("disguise")
+from fixtures import answers as _answers  # noqa: E402
+from fixtures import disguise as _disguise  # noqa: E402
+from tfmgrader import similarity as sim  # noqa: E402
+
 STYLES, EXTRA_CORRECT, WRONG = _answers.STYLES, _answers.EXTRA_CORRECT, _answers.WRONG
 KINDS, disguise, without_library_checks = _disguise.KINDS, _disguise.disguise, _disguise.without_library_checks
-DISGUISED = ROOT / "tests" / "fixtures" / "similarity_corpus" / "disguised"
+DISGUISED = ROOT / "grader" / "fixtures" / "similarity_corpus" / "disguised"
 
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
 SEEDS = (0, 1)

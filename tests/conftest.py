@@ -7,9 +7,9 @@ import tempfile
 import pytest
 import torch
 
-# The grader grades each assignment's own solution before it grades anyone (scripts/tfmgrader/selfcheck.py),
+# The grader grades each assignment's own solution before it grades anyone (grader/tfmgrader/selfcheck.py),
 # once per assignment and configuration.  The tests build dozens of courses and configurations, so that would
-# grade a solution again for nearly every grading call (about 25 s each); tests/test_selfcheck.py, which tests
+# grade a solution again for nearly every grading call (about 25 s each); tests/tfmgrader/test_selfcheck.py, which tests
 # the check through both grading paths, clears this variable for its own runs.
 os.environ.setdefault("GRADER_SELFCHECK", "0")
 
@@ -28,7 +28,7 @@ def max_err(a, b):
     return (a - b).abs().max().item()
 
 
-# Debian's chromium and chromium-driver drive the browser tests (tests/test_site.py, tests/test_lab.py).
+# Debian's chromium and chromium-driver drive the browser tests (tests/book/test_site.py, tests/book/test_lab.py).
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 

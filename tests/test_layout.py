@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = {"tfmlib": ROOT / "tfmlib", "tfmcheck": ROOT / "scripts" / "tfmcheck",
-            "tfmgrader": ROOT / "scripts" / "tfmgrader"}
+PACKAGES = {"tfmlib": ROOT / "tfmlib", "tfmcheck": ROOT / "grader" / "tfmcheck",
+            "tfmgrader": ROOT / "grader" / "tfmgrader"}
 TEACHING_LINES = 2850  # chapter 9 added tfmlib.modern, tfmlib.bpe and tfmlib.data.corpus (about 580 lines);
 #                        chapter 8 tfmlib.scaling.fit_chinchilla_many (its bootstrap of 1,000 resamples)
 
@@ -71,7 +71,7 @@ def test_the_teaching_library_is_small():
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
     """import-linter's contracts of pyproject.toml (``[tool.importlinter]``) on the packages under ``root``."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "scripts"), str(root)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "grader"), str(root)])}
     return subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--config", str(ROOT / "pyproject.toml"),
                            "--no-cache"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
 
@@ -97,7 +97,7 @@ def test_the_no_circles_contract_fails_on_an_import_circle(tmp_path):
     function, is a circle (issue 34)."""
     for name, folder in PACKAGES.items():
         shutil.copytree(folder, tmp_path / folder.relative_to(ROOT), ignore=shutil.ignore_patterns("__pycache__"))
-    selfcheck = tmp_path / "scripts" / "tfmgrader" / "selfcheck.py"
+    selfcheck = tmp_path / "grader" / "tfmgrader" / "selfcheck.py"
     selfcheck.write_text(selfcheck.read_text() + "\n\ndef _circle():\n    import tfmgrader.batch  # noqa: F401\n")
     done = lint_imports(tmp_path)
     assert done.returncode != 0 and "No cycles are allowed in tfmgrader" in done.stdout, done.stdout[-3000:]

@@ -15,11 +15,11 @@ from conftest import INSTALL, PRETEND_ENV, missing_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 # Tests that check a requirement before anything else, one per group (each skips at once when it is missing).
-PROBES = ["tests/test_selfcheck.py::test_a_course_folder_that_is_not_the_installed_checkout_grades_unflagged",
-          "tests/test_grading.py::test_exchange_round_trip_with_two_student_accounts",
-          "tests/test_grading_scale.py::test_two_shards_into_one_postgres_gradebook",
-          "tests/test_lab.py::test_learner_loop_in_jupyterlab",
-          "tests/test_site.py::test_mathjax_is_served_by_the_site"]
+PROBES = ["tests/tfmgrader/test_selfcheck.py::test_a_course_folder_that_is_not_the_installed_checkout_grades_unflagged",
+          "tests/tfmgrader/test_grading.py::test_exchange_round_trip_with_two_student_accounts",
+          "tests/tfmgrader/test_grading_scale.py::test_two_shards_into_one_postgres_gradebook",
+          "tests/book/test_lab.py::test_learner_loop_in_jupyterlab",
+          "tests/book/test_site.py::test_mathjax_is_served_by_the_site"]
 GROUPS = ["grading sandbox", "shared PostgreSQL gradebook", "JupyterLab", "site checks"]
 
 

@@ -5,7 +5,7 @@ pre-tokens (``pretokenize``), each pre-token is a sequence of its UTF-8 bytes (i
 repeatedly replaces the most frequent adjacent pair of ids, counted over all pre-tokens, with a new id.
 Merges never cross a pre-token boundary.  Ties between equally frequent pairs go to the pair with the
 smaller ids (first id, then second): the rule of Hugging Face's ``tokenizers`` when its alphabet is the 256
-bytes in order, which ``tests/test_bpe.py`` checks merge by merge.
+bytes in order, which ``tests/tfmlib/test_bpe.py`` checks merge by merge.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
 # Users log in with their Unix account and password (PAM).  The instructors (TFMHUB_INSTRUCTORS, admins of the
 # hub) get a server in the course root with Formgrader; the members of the Unix group TFMHUB_GROUP (the
 # students) get a server in their home folder with Assignment List and Validate (scripts/hub/course_spawner.py).
-# Everything a deployment chooses is an environment variable with the default below; tests/test_hub.py starts
+# Everything a deployment chooses is an environment variable with the default below; tests/book/test_hub.py starts
 # this same file with its own ports and folders.
 import os
 import sys
@@ -70,7 +70,7 @@ c.JupyterHub.concurrent_spawn_limit = int(env("TFMHUB_SPAWN_LIMIT", "100"))
 c.Spawner.start_timeout = int(env("TFMHUB_START_TIMEOUT", "120"))
 c.Spawner.http_timeout = int(env("TFMHUB_START_TIMEOUT", "120"))
 
-# Optional: a token for scripts (tests/test_hub.py uses it) that may manage users, their servers and tokens.
+# Optional: a token for scripts (tests/book/test_hub.py uses it) that may manage users, their servers and tokens.
 if env("TFMHUB_ADMIN_TOKEN"):
     c.JupyterHub.services = [{"name": "class-admin", "api_token": env("TFMHUB_ADMIN_TOKEN")}]
     c.JupyterHub.load_roles = [{"name": "class-admin", "services": ["class-admin"],

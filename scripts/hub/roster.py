@@ -101,7 +101,7 @@ def create_accounts(rows: list[dict[str, str]], group: str | None, passwords: Pa
 
 
 def gradebook_url(course: Path) -> str:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))      # scripts/: tfmgrader
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "grader"))      # tfmgrader
     from tfmgrader.course import load_config
 
     return load_config(course).CourseDirectory.db_url

@@ -1,0 +1,639 @@
+"""Copy detection (grader/tfmgrader/similarity.py) and the class's mistake report (mistakes.py), without nbgrader.
+
+The calibration test grades the held-out half of scripts/similarity_calibration.py (disguised copies written by
+hand, independent answers) and holds it to today's numbers there (issue 32's targets, 90% of the copies flagged
+with the right source and at most 2% of the independent answers flagged, are not met; the guide says so); the
+guide must print the numbers it gets.
+"""
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+from tfmgrader import similarity as sim  # noqa: E402
+from tfmgrader.files import write_csv  # noqa: E402
+from fixtures.disguise import KINDS, disguise  # noqa: E402
+from fixtures.answers import STYLES  # noqa: E402
+
+SDPA = '''def scaled_dot_product_attention(q, k, v, mask=None):
+    """Docstring."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+'''
+
+
+def test_normalisation_removes_names_comments_docstrings_and_layout():
+    renamed = '''def scaled_dot_product_attention(a, b, c, m=None):
+    # a comment
+    s = a @ b.transpose(-2, -1) / math.sqrt(a.shape[-1])   # scale
+
+
+    if m is not None:
+        s = s.masked_fill(~m, float('-inf'))
+    w = torch.softmax(s, dim=-1)
+    return (w @ c, w)
+'''
+    assert sim.normalise(SDPA) == sim.normalise(renamed)
+    text = sim.normalise(SDPA)
+    # what the code only reads stays: modules, attributes, keywords
+    assert "masked_fill" in text and "softmax(" in text and "torch" not in text.split("softmax")[0][-3:] \
+        and "Docstring" not in text
+    assert "scores" not in text and "weights" not in text
+
+
+def test_copydetect_filter_erases_attribute_names():
+    """Why the normalisation is ours: copydetect's Pygments filter turns API names into V too."""
+    from copydetect.utils import filter_code
+
+    a = filter_code("y = x.view(b, t, h, d).transpose(1, 2)", "a.py")[0]
+    b = filter_code("y = x.reshape(b, t, h, d).permute(1, 2)", "a.py")[0]
+    assert a == b
+    assert sim.normalise("y = x.view(b, t, h, d).transpose(1, 2)") != \
+        sim.normalise("y = x.reshape(b, t, h, d).permute(1, 2)")
+
+
+@pytest.mark.parametrize("how", KINDS)
+def test_each_disguise_normalises_back_to_the_copied_code(how):
+    """A disguised copy of the solution is flagged with the solution as its source."""
+    notebooks, graded, refs = sim.references(ROOT, "07_efficiency", book=ROOT / "no-book")
+    solution = next(u for u in refs if u.kind == "solution" and u.function == "blockwise_attention")
+    copy = disguise(solution.source, "blockwise_attention", how, seed=5)
+    assert copy != solution.source
+    units = {"copier": sim.function_units("copier", "student", [copy], graded)}
+    analysis = sim.analyse(units, refs, graded, sim.release_cells(notebooks))
+    m = analysis.matches[("copier", "blockwise_attention")]
+    assert m.flagged and m.source.kind in ("solution", "tfmlib") and m.similarity >= 0.9, (how, m.similarity)
+    assert m.source.kind == "solution" or m.source.normalised == solution.normalised
+
+
+def test_wrappers_and_aliases_are_followed():
+    defs = sim.cell_functions(['def _impl(a, b):\n    return a + b\n',
+                               'def f(x, y):\n    return _impl(x, y)\n'])
+    assert [n.name for n in sim.unit("f", defs, {"f"})] == ["_impl"]
+    defs = sim.cell_functions(['def f(x):\n    return x * 2\n',
+                               '_f_impl = f\n\ndef f(*args):\n    import warnings\n    return _f_impl(*args)\n'])
+    names = [n.name for n in sim.unit("f", defs, {"f"})]
+    assert len(names) == 2 and names.count("f") == 2      # the new f and the one it calls through the alias
+
+
+def test_short_functions_are_not_attributed_and_the_report_escapes_learner_text(tmp_path):
+    notebooks, graded, refs = sim.references(ROOT, "03_self_attention", book=ROOT / "no-book")
+    hostile = SDPA.replace('"""Docstring."""', '"""</pre><script>alert(1)</script>"""') + \
+        "\n\ndef causal_mask(n):\n    return torch.ones(n, n, dtype=torch.bool).tril()\n"
+    units = {"<b>evil</b>": sim.function_units("<b>evil</b>", "student", [hostile], graded),
+             "other": sim.function_units("other", "student", [hostile], graded)}
+    analysis = sim.analyse(units, refs, graded, sim.release_cells(notebooks))
+    assert analysis.matches[("other", "causal_mask")].similarity is None          # one line: too short
+    assert analysis.matches[("other", "scaled_dot_product_attention")].flagged
+    page = tmp_path / "similarity.html"
+    assert sim.write_html(page, "03_self_attention", analysis) >= 2
+    text = page.read_text()
+    assert "<script>" not in text and "&lt;script&gt;" in text and "<b>evil</b>" not in text
+    assert sim.summary(analysis, "other")["similar_to"].startswith("scaled_dot_product_attention ~ ")
+
+
+def test_site_code_is_a_source():
+    units = sim.site_units(ROOT / "book")
+    labels = [u.label for u in units]
+    assert any("03_self_attention.md" in label and "scaled_dot_product_attention" in label for label in labels)
+    assert any(label.endswith("code cell") for label in labels)
+
+
+
+def test_the_site_kept_on_disk_is_the_site_and_follows_every_page_and_included_file(tmp_path, monkeypatch):
+    book, lib = tmp_path / "book", tmp_path / "lib"
+    book.mkdir(), lib.mkdir()
+    (lib / "m.py").write_text("def shown(x):\n    return x @ x.T\n")
+    page = book / "p.md"
+    page.write_text("# P\n\n```{code-cell} ipython3\ndef f(q, k):\n    return (q @ k).softmax(-1)\n```\n\n"
+                    "```{literalinclude} ../lib/m.py\n:pyobject: shown\n```\n")
+    monkeypatch.setenv("GRADER_SITE_CACHE", str(tmp_path / "cache"))
+    fresh = [(u.label, u.normalised) for u in sim.compute_site_units(book)]
+    assert len(fresh) == 2
+    assert [(u[0], u[4]) for u in sim.stored_site_units(book)] == fresh          # computed, then stored
+    assert len(list((tmp_path / "cache").glob("site-units-*.json"))) == 1
+    with monkeypatch.context() as m:
+        m.setattr(sim, "compute_site_units", lambda book: pytest.fail("the stored site was not read"))
+        assert [(u[0], u[4]) for u in sim.stored_site_units(book)] == fresh      # read from disk
+    key = sim.site_key(book)
+    (lib / "m.py").write_text("def shown(x):\n    return x.T @ x\n")               # an included file changed
+    assert sim.site_key(book) != key
+    key = sim.site_key(book)
+    page.write_text(page.read_text() + "\nMore prose.\n")                            # a page changed
+    assert sim.site_key(book) != key
+    assert sim.stored_site_units(book)[1][4] != fresh[1][1]                         # not the stale units
+
+
+ISSUE_32 = {   # the four copies of issue 32, written again by hand: (assignment, name in disguised/index.json)
+    "split into lines, two unused statements": ("03_self_attention", "sdpa-split-two-unused"),
+    "while loop, renamed state, independent lines swapped": ("07_efficiency", "blockwise-tfmlib-while"),
+    "split_heads and merge_heads inlined": ("04_multi_head", "mha-heads-inlined"),
+    "renamed, torch.matmul": ("03_self_attention", "sdpa-tfmlib-renamed-matmul"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ISSUE_32))
+def test_the_disguises_of_issue_32_are_named_with_their_source(case):
+    from similarity_calibration import hand_written
+
+    assignment, name = ISSUE_32[case]
+    entry = hand_written(assignment)[name]
+    notebooks, graded, refs = sim.references(ROOT, assignment)
+    units = {"copier": sim.function_units("copier", "student", [entry["code"]], graded)}
+    analysis = sim.analyse(units, refs, graded, sim.release_cells(notebooks))
+    m = analysis.matches[("copier", entry["function"])]
+    named = [m.source] + m.ties if m.source else []
+    assert m.flagged and any(u.kind == entry["source"] for u in named), (case, m.similarity, m.source and m.source.label)
+
+
+ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_a_verbatim_copy_of_the_worked_solution_is_flagged_in_every_exercise(assignment):
+    """The coverage floor of the settings (book/appendix/grading.md): in every exercise at least one graded
+    function of a verbatim copy of the worked solution is long enough to attribute, flagged, and named with the
+    solution as its source; every function at the minimum size or more is."""
+    from similarity_calibration import verbatim_flagged
+
+    cache = {}
+    flagged = verbatim_flagged(assignment, sim.K, sim.THRESHOLD, sim.MIN_TOKENS, cache)
+    assert flagged, f"{assignment}: no graded function of the worked solution is attributed"
+    notebooks, graded, refs, units = cache[("verbatim", assignment)]
+    long_enough = [f for f, u in units["verbatim"].items() if u.size >= sim.MIN_TOKENS]
+    assert sorted(flagged) == sorted(long_enough) and len(units["verbatim"]) == len(graded)
+
+
+def test_canonical_form_of_the_usual_disguises():
+    norm = sim.normalise
+    # spellings of one product, one transpose, one scale
+    assert norm("def f(a, b):\n    return torch.matmul(a, b.transpose(-1, -2)) / math.sqrt(a.size(-1))\n") == \
+        norm("def f(a, b):\n    return a.matmul(b.mT) * a.shape[-1] ** -0.5\n") == \
+        norm("def f(a, b):\n    s = 1.0 / a.shape[-1] ** 0.5\n    return a @ b.swapaxes(-2, -1) * s\n")
+    # a while loop over a range is the for loop
+    assert norm("def f(x, n):\n    i = 0\n    while i < n:\n        x = x + i\n        i += 2\n    return x\n") == \
+        norm("def f(x, n):\n    for i in range(0, n, 2):\n        x = x + i\n    return x\n")
+    # single-use temporaries, unused assignments, prints and asserts
+    assert norm("def f(x):\n    assert x.dim() == 2\n    t = x.exp()\n    unused = x.sum()\n    print(t)\n"
+                "    s = t.sum(dim=-1, keepdim=True)\n    return t / s\n") == \
+        norm("def f(x):\n    t = x.exp()\n    return t / t.sum(-1, keepdim=True)\n")
+    # the answer's own helper, inlined; independent statements in one order
+    assert norm("def f(x, w, v):\n    q = _h(x, w)\n    k = _h(x, v)\n    return q * k\n\n"
+                "def _h(a, b):\n    return a @ b\n") == norm("def f(x, w, v):\n    k = x @ v\n    q = x @ w\n    return k * q\n")
+    # round 2's spellings: method or function, dtype aliases and casts, a size as one tuple, [:, None], a permute
+    # that swaps two axes, a dimension by either sign, (g,) = ..., a comprehension over the three weights
+    assert norm("def f(x, n):\n    t = torch.zeros((n, n), dtype=torch.double)\n"
+                "    return t + x[:, None].sin() + x.permute(0, 2, 1, 3).double().softmax(dim=1)\n") == \
+        norm("def f(x, n):\n    t = torch.zeros(n, n, dtype=torch.float64)\n"
+             "    return t + torch.sin(x.unsqueeze(1)) + torch.softmax(x.transpose(1, 2).to(torch.float64), -1)\n")
+    assert norm("def f(x, a, b):\n    q, k = [g(x @ w) for w in (a, b)]\n    (h,) = z(q, k)\n    return h\n") == \
+        norm("def f(x, a, b):\n    q = g(x @ a)\n    k = g(x @ b)\n    return z(q, k)[0]\n")
+    # a small value of the parameters, read in two blocks
+    assert norm("def f(s, m=None):\n    if m is not None:\n        b = ~m\n        s = s.masked_fill(b, 0)\n"
+                "    s = s.exp()\n    if m is not None:\n        s = s.masked_fill(b, 1)\n    return s\n") == \
+        norm("def f(s, m=None):\n    if m is not None:\n        s = s.masked_fill(~m, 0)\n"
+             "    s = s.exp()\n    if m is not None:\n        s = s.masked_fill(~m, 1)\n    return s\n")
+    # the answer's own function called with an argument by name or by position
+    helper = "\n\ndef ln(x, g, b, eps):\n    if eps > 1:\n        return x\n    return (x - g) / b + eps\n"
+    assert norm("def f(x, g, b):\n    return ln(x, g, b, eps=1e-5)" + helper) == \
+        norm("def f(x, g, b):\n    return ln(x, g, b, 1e-5)" + helper)
+    # a value chosen by a statement or by an expression; a list or a tuple of arguments
+    chosen = norm("def f(x, m=None):\n    o = 0\n    if m is not None:\n        o = m.shape[-2]\n"
+                  "    return torch.cat([x, x], dim=-1) + o\n")
+    assert chosen == norm("def f(x, m=None):\n    if m is None:\n        o = 0\n    else:\n        o = m.shape[-2]\n"
+                          "    return torch.cat((x, x), dim=-1) + o\n")
+    assert chosen == norm("def f(x, m=None):\n    return torch.cat((x, x), -1) + (0 if m is None else m.shape[-2])\n")
+    # a size computed from shapes, however it is computed (issue 32's fourth case: x.size(i), h * d_h)
+    assert norm("def f(x, w, h):\n    q = (x @ w).view(x.shape[0], x.shape[1], h, x.shape[2] // h)\n"
+                "    return (q * q.shape[-1] ** -0.5).reshape(q.shape[0], q.shape[1], q.shape[2] * q.shape[3])\n") == \
+        norm("def f(x, w, h):\n    b, t, d = x.size(0), x.size(1), x.size(2)\n    q = (x @ w).view(b, t, h, d // h)\n"
+             "    return (q / (d // h) ** 0.5).reshape(b, t, h * (d // h))\n")
+    # what is computed differently stays different
+    assert norm("def f(x, n):\n    return x.view(x.shape[0], -1)\n") != norm("def f(x, n):\n    return x.view(-1, x.shape[0])\n")
+    assert norm("def f(x, m):\n    y = x\n    if m:\n        y = y + 1\n    return y\n") != \
+        norm("def f(x, m):\n    return x + 1\n")
+    assert norm("def f(x):\n    return x.view(2, -1)\n") != norm("def f(x):\n    return x.reshape(2, -1)\n")
+    assert norm("def f(x):\n    return x.sum(-1)\n") != norm("def f(x):\n    return x.mean(-1)\n")
+
+
+def test_hand_written_disguises_compute_what_their_source_computes():
+    """Every disguised copy of the held-out set is a real copy: on fixed inputs it returns what the worked
+    solution returns (tfmlib's and the site's code compute the same as the solution)."""
+    import json
+    import math
+
+    import nbformat
+    import torch
+    import torch.nn.functional as F
+
+    from similarity_calibration import DISGUISED, hand_written
+
+    def inputs(name):
+        g = torch.Generator().manual_seed(0)
+        r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+        causal = lambda n: torch.ones(n, n, dtype=torch.bool).tril()  # noqa: E731
+        return {
+            "rnn_forward": lambda: (r(2, 5, 3), r(2, 4), r(3, 4), r(4, 4) * 0.5, r(4)),
+            "grad_norm_by_distance": lambda: (r(2, 5, 3), r(2, 4), r(3, 4), r(4, 4) * 0.5, r(4)),
+            "attention_step": lambda: (r(2, 4), r(2, 5, 4), r(2, 5, 3),
+                                       torch.tensor([[True, True, False, True, False], [False] * 5])),
+            "scaled_dot_product_attention": lambda: (r(2, 3, 4), r(2, 5, 4), r(2, 5, 3), torch.tensor(
+                [[True, False, True, True, False], [False] * 5, [True] * 5])),
+            "multi_head_attention": lambda: (r(2, 5, 8), r(8, 8), r(8, 8), r(8, 8), r(8, 8), 2, causal(5)),
+            "sinusoidal_positions": lambda: (7, 6),
+            "relative_attention_scores": lambda: (r(2, 4, 6), r(2, 4, 6), r(4, 4, 6)),
+            "layer_norm": lambda: (r(2, 3, 5), r(5), r(5)),
+            "decoder_block": lambda: (r(2, 4, 6), causal(4), lambda x, m: 0.5 * x + 1, torch.tanh,
+                                      r(6), r(6), r(6), r(6)),
+            "blockwise_attention": lambda: (r(2, 5, 4), r(2, 7, 4), r(2, 7, 3), 3),
+            "random_mask": lambda: (6, 2, torch.Generator().manual_seed(3)),
+            "global_mask": lambda: (6, [0, 3]),
+            "compute_optimal": lambda: (1e21,),
+            "chinchilla_loss": lambda: (1e9, 2e10),
+            "fit_power_law": lambda: ([1.0, 2.0, 4.0, 8.0], [3.0, 5.0, 9.0, 15.0]),
+            "fit_chinchilla": lambda: runs,
+            "swiglu": lambda: (r(2, 3, 4), r(4, 6), r(4, 6), r(6, 4)),
+            "apply_rope": lambda: (r(2, 5, 6), torch.arange(3, 8)),
+            # heads of 4 features: with 2, every pairing of RoPE's features is the same rotation
+            "grouped_query_attention": lambda: (r(2, 3, 8), r(8, 16), r(8, 8), r(8, 8), r(16, 8), 4, 2,
+                                                (r(2, 2, 2, 4), r(2, 2, 2, 4))),
+        }[name]()
+
+    n_runs = torch.tensor([1e7, 3e7, 1e8, 3e8, 1e9, 1e7, 1e8, 1e9], dtype=torch.float64)
+    d_runs = torch.tensor([1e9, 3e9, 1e10, 1e9, 1e10, 1e11, 1e11, 3e10], dtype=torch.float64)
+    l_runs = 1.69 + 406.4 / n_runs ** 0.34 + 410.7 / d_runs ** 0.28
+    runs = (n_runs, d_runs, l_runs, torch.tensor([[5.0, 6.0, 0.5, 0.3, 0.3]], dtype=torch.float64))
+
+    def same(a, b):
+        if isinstance(a, (tuple, list)):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(math.isclose(a[k], b[k], rel_tol=1e-6) for k in a)
+        if isinstance(a, torch.Tensor):
+            return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.allclose(a, b)
+        return math.isclose(float(a), float(b), rel_tol=1e-9)
+
+    index = json.loads((DISGUISED / "index.json").read_text())
+    assert sum(len(v) for v in index.values()) >= 30
+    for assignment in index:
+        base = {"torch": torch, "math": math, "F": F,
+                "NOTES_PARAMS": {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}}
+        for path in (ROOT / "solutions" / assignment).glob("*.ipynb"):
+            for cell in nbformat.read(path, as_version=4).cells:
+                if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
+                    exec(cell.source, base)
+        for name, entry in hand_written(assignment).items():
+            ns = dict(base)
+            exec(entry["code"], ns)
+            f = entry["function"]
+            assert same(base[f](*inputs(f)), ns[f](*inputs(f))), f"{assignment}/{name} computes something else"
+
+
+def test_calibration_held_out_half_holds_its_numbers_and_the_guide_reports_them():
+    """On the held-out half (hand-written copies and independent answers the settings were not chosen on): no
+    fewer copies flagged with their source and no more independent answers flagged than today; the guide prints
+    the numbers this run gives."""
+    from similarity_calibration import ASSIGNMENTS, totals
+
+    t = totals(ASSIGNMENTS, "held-out", sim.K, sim.THRESHOLD, sim.MIN_TOKENS, "ast", {})
+    assert t["hand"] >= 39 and t["independent"] >= 57, t
+    # 28 of 39 today (72%, under issue 32's 90%, as the guide says): no fewer
+    assert t["hand_found"] >= 28, t["misses"]
+    # seven of 57 today (12%, over the target of 2%; round 4's blind answers, as the guide says): no more
+    assert t["false_positives"] <= 7, t["false"]
+    guide = (ROOT / "book" / "appendix" / "grading.md").read_text()
+    assert f"| held-out | {t['hand_found']} / {t['hand']} " in guide
+    assert f"| {t['false_positives']} / {t['independent']} " in guide
+
+
+def test_mistakes_are_named_from_the_catalogue(tmp_path):
+    import nbformat
+
+    from tfmgrader import mistakes
+    from tfmcheck.feedback import CATALOGUE
+
+    notebooks = [ROOT / "solutions" / "03_self_attention" / "03_self_attention.ipynb"]
+    tests = mistakes.test_functions(notebooks)
+    assert tests["test_sdpa_mask"] == "scaled_dot_product_attention" and tests["test_causal_mask"] == "causal_mask"
+    known = mistakes.catalogue()
+    first = CATALOGUE["scaled_dot_product_attention"][0]
+    assert mistakes.named_mistakes(f"weights: {first.sentence}\n  numbers", "scaled_dot_product_attention",
+                                   known) == {first.name}
+    assert mistakes.named_mistakes("weights: values differ", "scaled_dot_product_attention", known) == set()
+    # one autograded notebook: the mask test fails with the first mistake, the causal test with no cause
+    nb = nbformat.read(notebooks[0], as_version=4)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid == "test_sdpa_mask":
+            cell.outputs = [nbformat.v4.new_output("error", ename="CheckFailure",
+                                                   evalue=f"weights: {first.sentence}", traceback=[])]
+        elif gid == "test_causal_mask":
+            cell.outputs = [nbformat.v4.new_output("error", ename="NameError", evalue="name 'x' is not defined",
+                                                   traceback=[])]
+    graded = tmp_path / "a.ipynb"
+    nbformat.write(nb, graded)
+    rows = mistakes.aggregate("03_self_attention", notebooks, {"s1": [graded], "s2": [notebooks[0]]},
+                              {"causal_mask": {"s2"}})
+    got = {(r["function"], r["kind"], r["mistake"]): r["students"] for r in rows}
+    assert got[("scaled_dot_product_attention", "failed", "")] == 1
+    assert got[("scaled_dot_product_attention", "named mistake", first.name)] == 1
+    assert got[("causal_mask", "no named cause", "")] == 1
+    assert got[("causal_mask", "flagged for similarity", "")] == 1
+    assert got[("self_attention", "failed", "")] == 0
+    write_csv(tmp_path / "mistakes.csv", rows, mistakes.FIELDS)
+    mistakes.plot(tmp_path / "mistakes.png", "03_self_attention", rows)
+    assert (tmp_path / "mistakes.png").stat().st_size > 1000
+
+
+STUB = "def scaled_dot_product_attention(q, k, v, mask=None):\n    return q, None\n"
+WRAPPER = "\n\n\ndef scaled_dot_product_attention(q, k, v, mask=None):\n    return {}\n"
+
+
+def _sdpa_def(source):
+    """(the cell's syntax tree, its scaled_dot_product_attention definition)."""
+    import ast
+    tree = ast.parse(source)
+    return tree, next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "scaled_dot_product_attention")
+
+
+def _padded(source):
+    """``try: pass / except Exception: pass`` before every statement of the function (round 25)."""
+    import ast
+    tree, fn = _sdpa_def(source)
+    pad = ast.parse("try:\n    pass\nexcept Exception:\n    pass\n").body[0]
+    fn.body = [s for stmt in fn.body for s in (pad, stmt)]
+    return ast.unparse(tree)
+
+
+def _moved(source, kind):
+    """The function's body moved into a module's forward, a class's __init__ or a function kept in a dict."""
+    import ast
+    tree, fn = _sdpa_def(source)
+    tree.body.remove(fn)
+    if kind == "dict-entry":
+        fn.name = "_impl"
+        return ast.unparse(tree) + "\n\n\n" + ast.unparse(fn) + "\n\n\n_IMPLS = {'attention': _impl}" + \
+            WRAPPER.format("_IMPLS['attention'](q, k, v, mask)")
+    fn.args.args.insert(0, ast.arg("self"))
+    if kind == "class-init":
+        fn.name = "__init__"
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Return):
+                node.__class__, node.targets = ast.Assign, [ast.parse("self.result").body[0].value]
+        call = "_Attention(q, k, v, mask).result"
+    else:
+        fn.name, call = "forward", "_Attention()(q, k, v, mask)"
+    body = "\n".join("    " + line for line in ast.unparse(fn).splitlines())
+    base = "(nn.Module)" if kind == "module-forward" else ""
+    return "from torch import nn\n" + ast.unparse(tree) + f"\n\n\nclass _Attention{base}:\n" + body + \
+        WRAPPER.format(call)
+
+
+def _split_through_list(source):
+    """Round 27: the solution cut into pieces too short to attribute, each put in a list by append and called as
+    _H[i](...): the function is flagged for review (its source: ``similarity.SPLIT``)."""
+    import ast
+    tree, fn = _sdpa_def(source)
+    tree.body.remove(fn)
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    pieces, calls = [], "q, k, v, mask"
+    for i, stmt in enumerate(body[:-1]):
+        pieces.append(f"def _p{i}(q, k, v, mask, scores=None, weights=None, d_k=None):\n"
+                      f"    {ast.unparse(stmt).replace(chr(10), chr(10) + '    ')}\n    return scores, weights, d_k\n\n"
+                      f"_H.append(_p{i})\n")
+    wrapper = "\n\n\ndef scaled_dot_product_attention(q, k, v, mask=None):\n    scores = weights = d_k = None\n"
+    wrapper += "".join(f"    scores, weights, d_k = _H[{i}]({calls}, scores, weights, d_k)\n" for i in range(len(pieces)))
+    wrapper += "    " + ast.unparse(body[-1]) + "\n"
+    return ast.unparse(tree) + "\n\n_H = []\n\n" + "\n".join(pieces) + wrapper
+
+
+def _values_wrapped(source, how):
+    """Round 29: every value the function assigns or returns passed through a helper of the answer's that returns
+    it from a branch (``_inlinable`` cannot inline it; "identity": it returns it on every path, "converting": it may
+    convert it, so the call stays): no 20-token run of the solution was left in one piece."""
+    import ast
+    tree, fn = _sdpa_def(source)
+    wrap = "_c"
+
+    class W(ast.NodeTransformer):
+        def visit_Assign(self, node):
+            node.value = ast.Call(ast.parse(wrap).body[0].value, [node.value], [])
+            return node
+
+        def visit_Return(self, node):
+            node.value = ast.Call(ast.parse(wrap).body[0].value, [node.value], [])
+            return node
+
+    W().visit(fn)
+    helper = {"identity": "def _c(x, note=None):\n    if note:\n        print(note)\n        return x\n    return x\n",
+              "converting": "def _c(x):\n    if torch.is_tensor(x) and x.dtype == torch.float16:\n"
+                            "        return x.float()\n    return x\n"}[how]
+    return helper + "\n\n" + ast.unparse(ast.fix_missing_locations(tree))
+
+
+def _boxed(source, holder):
+    """Round 32: every variable of the function (its parameters copied in first) kept in a slot of a holder,
+    ``x`` as ``S["x"]["_"]`` ("dict") or as ``S.x`` of a ``SimpleNamespace`` ("namespace"), by search and
+    replace."""
+    import ast
+    tree, fn = _sdpa_def(source)
+    names = {a.arg for a in fn.args.args} | {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
+                                             and isinstance(n.ctx, ast.Store)}
+    slot = (lambda n: f"S[{n!r}]['_']") if holder == "dict" else (lambda n: f"S.{n}")
+
+    class B(ast.NodeTransformer):
+        def visit_Name(self, node):
+            return ast.parse(slot(node.id)).body[0].value if node.id in names else node
+
+        def visit_Assign(self, node):
+            node.value = self.visit(node.value)
+            t = node.targets[0]
+            if holder == "dict" and isinstance(t, ast.Name) and t.id in names:
+                return ast.parse(f"S[{t.id!r}] = {{'_': {ast.unparse(node.value)}}}").body[0]
+            node.targets = [self.visit(x) for x in node.targets]
+            return node
+
+    doc = [st for st in fn.body[:1] if isinstance(st, ast.Expr)]
+    body = [B().visit(st) for st in fn.body[len(doc):]]
+    head = "S = {}\n" if holder == "dict" else "S = SimpleNamespace()\n"
+    head += "".join((f"S[{p.arg!r}] = {{'_': {p.arg}}}\n" if holder == "dict" else f"S.{p.arg} = {p.arg}\n")
+                    for p in fn.args.args)
+    fn.body = doc + ast.parse(head).body + body
+    return "from types import SimpleNamespace\n" + ast.unparse(ast.fix_missing_locations(tree))
+
+
+def _same_sdpa(original, disguised):
+    """The disguised cell's scaled_dot_product_attention returns what the original's does (a real copy)."""
+    import math
+
+    import torch
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    mask = torch.tensor([[True, False, True], [False] * 3, [True] * 3])
+    got = []
+    for text in (original, disguised):
+        ns = {"torch": torch, "math": math}
+        exec(text, ns)
+        got.append(ns["scaled_dot_product_attention"](q, k, v, mask))
+    assert all(torch.equal(a, b) for a, b in zip(*got)), "the disguise changed what the function computes"
+
+
+def _literals_rewritten(source):
+    """Round 33: every literal written as another expression of the same value, by search and replace: ``-1`` as
+    ``~0``, ``-2`` as ``~1``, ``"-inf"`` as ``"-infinity"``, ``0.0`` as ``-0.0``, ``keepdim`` by position."""
+    text = source.replace("dim=-1, keepdim=True", "-1, True").replace("dim=-1", "-1")
+    for old, new in (("-2", "~1"), ("-1", "~0"), ('"-inf"', '"-infinity"'), ("0.0", "-0.0")):
+        text = text.replace(old, new)
+    assert text != source
+    return text
+
+
+def _operators_as_methods(source):
+    """Round 34: operators and idioms written as the tensor methods that compute them, by search and replace:
+    ``x.masked_fill(~m, c)`` as ``x.where(m, c)``, ``a / b`` as ``a.div(b)``, ``m is not None`` as
+    ``None is not m``."""
+    import re
+    text = re.sub(r"\.masked_fill\(~(\w+(?:\.any\([^)]*\))?), ", r".where(\1, ", source)
+    text = text.replace("q @ k.transpose(-2, -1) / math.sqrt(d_k)", "(q @ k.transpose(-2, -1)).div(math.sqrt(d_k))")
+    text = text.replace("if mask is not None:", "if None is not mask:")
+    assert text.count(".where(") == 3 and ".div(" in text and "None is not" in text, text
+    return text
+
+
+ROUND_25 = {"operators-as-methods": _operators_as_methods, "literals-rewritten": _literals_rewritten, "boxed-dict": lambda s: _boxed(s, "dict"), "boxed-namespace": lambda s: _boxed(s, "namespace"),
+            "identity-wrapped": lambda s: _values_wrapped(s, "identity"),
+            "converting-wrapped": lambda s: _values_wrapped(s, "converting"),
+            "split-through-list": _split_through_list, "try-pass-padding": _padded, "module-forward": lambda s: _moved(s, "module-forward"),
+            "class-init": lambda s: _moved(s, "class-init"), "dict-entry": lambda s: _moved(s, "dict-entry")}
+
+
+@pytest.mark.parametrize("hide", ["markdown", "raw", "indented", "prompts", "alias",
+                                  "if-true", "decoy-after-error", "tuple", "methods", "second-notebook",
+                                  "marked-read-only", "percent-in-string",
+                                  "try-pass-padding", "module-forward", "class-init", "dict-entry",
+                                  "split-through-list", "identity-wrapped", "converting-wrapped",
+                                  "boxed-dict", "boxed-namespace", "literals-rewritten",
+                                  "operators-as-methods"])
+def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
+    """Round 15 of the blind red team pasted the worked solution where copy detection did not read it, while the
+    grader ran it: answer cells saved as Markdown or raw cells (nbgrader makes them code again), every line indented
+    or behind '>>> ' prompts (IPython strips both), the function bound under its name by an expression.  Round 17
+    then hid it where reading the cells in order cannot say what runs: a ``def`` under ``if True:``, a decoy stub
+    after a statement that raises, a tuple assignment, the bodies moved into a class's methods behind one-line
+    wrappers, a second notebook of stubs read last.  Round 23: the answer cells' own nbgrader metadata marked
+    read-only (copy detection trusted it, the kernel ran them), and the solution between two strings, one ending in
+    a ``%`` line, so that dropping magic lines before parsing read it as a string.  Round 25: ``try: pass / except
+    Exception: pass`` before every statement, and the body moved where Python calls it without its name (a module's
+    ``forward``, a class's ``__init__``, a function kept in a dict).  Round 29: every value wrapped in a call that
+    returns it.  Round 32: every variable kept in a slot of a dict or a namespace.  Round 33: the literals written
+    as other expressions of the same value.  Round 34: operators written as tensor methods.  Each is found with the
+    solution as its source, and each computes what the solution computes."""
+    import nbformat
+
+    a = "03_self_attention"
+    solution = ROOT / "solutions" / a / f"{a}.ipynb"
+    nb = nbformat.read(solution, as_version=4)
+    for cell in nb.cells:
+        if not cell.metadata.get("nbgrader", {}).get("solution"):
+            continue
+        source = "\n".join(line for line in cell.source.splitlines() if "### " not in line)
+        if hide in ("markdown", "raw"):
+            nb.cells[nb.cells.index(cell)] = (nbformat.v4.new_markdown_cell if hide == "markdown"
+                                                 else nbformat.v4.new_raw_cell)(source, metadata=cell.metadata)
+            continue
+        if hide == "indented":
+            source = "\n".join("    " + line for line in source.splitlines())
+        elif hide == "prompts":
+            source = "\n".join((">>> " if line and not line[0].isspace() else "... ") + line
+                               for line in source.splitlines())
+        elif hide == "alias" and "def scaled_dot_product_attention(" in source:
+            source = source.replace("def scaled_dot_product_attention(", "def _attend(") + \
+                "\nscaled_dot_product_attention = [_attend][0]\n"
+        elif hide == "if-true":
+            source = "if True:\n" + "\n".join("    " + line for line in source.splitlines())
+        elif hide == "decoy-after-error" and "def scaled_dot_product_attention(" in source:
+            source += "\n\n\nif len(str(1)) == 1:\n    raise SystemExit\n" + STUB
+        elif hide == "tuple" and "def scaled_dot_product_attention(" in source:
+            source = source.replace("def scaled_dot_product_attention(", "def _attend(") + \
+                "\n" + STUB + "scaled_dot_product_attention, _unused = _attend, 0\n"
+        elif hide == "marked-read-only":
+            cell.metadata["nbgrader"].update(locked=True, solution=False, grade=False)
+        elif hide == "percent-in-string":
+            source = "_note = \'\'\'answer\n%\'\'\'\n" + source + "\n_end = \'\'\'\n\'\'\'\n_x = 0  # \'\'\'\n"
+        elif hide in ROUND_25 and "def scaled_dot_product_attention(" in source:
+            original, source = source, ROUND_25[hide](source)
+            if hide.startswith(("boxed", "identity", "converting", "literals", "operators")):
+                _same_sdpa(original, source)
+        elif hide == "methods" and "def scaled_dot_product_attention(" in source:
+            body = source.replace("def scaled_dot_product_attention(q, k, v, mask=None):",
+                                  "def attend(self, q, k, v, mask=None):")
+            source = ("class _Impl:\n" + "\n".join("    " + line for line in body.splitlines()) +
+                      "\n\n\ndef scaled_dot_product_attention(q, k, v, mask=None):\n"
+                      "    return _Impl().attend(q, k, v, mask)\n")
+        cell.source = source
+    folder = tmp_path / "student" / a
+    folder.mkdir(parents=True)
+    nbformat.write(nb, folder / f"{a}.ipynb")
+    if hide == "second-notebook":
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(STUB)]), folder / "zz_scratch.ipynb")
+    notebooks, graded, refs = sim.references(ROOT, a)
+    units = sim.submission_units("student", folder, graded, sim.instructor_cells(notebooks))
+    assert "scaled_dot_product_attention" in units, (hide, sorted(units))
+    analysis = sim.analyse({"student": units}, refs, graded, sim.release_cells(notebooks))
+    match = analysis.matches[("student", "scaled_dot_product_attention")]
+    assert match.flagged and match.source.kind == ("split" if hide == "split-through-list" else "solution"), \
+        (hide, match.similarity)
+
+
+def test_in_order_measures_what_of_the_reference_survives_insertions_not_rewriting():
+    """``similarity.in_order``: tokens inserted between the reference's (up to the gap) leave it whole; more
+    inserted, a rewritten half, or a unit that holds the tokens out of order do not."""
+    ref = "".join(chr(0x10000 + i) for i in range(60))
+    wrapped = "".join(t + "()"[: i % 3] for i, t in enumerate(ref))          # up to 2 tokens after each
+    assert sim.in_order(ref, wrapped, 20, 4) == 1.0
+    assert sim.in_order(ref, "".join(t + "#" * 5 for t in ref), 20, 4) == 0.0       # 5 > gap: no run
+    assert sim.in_order(ref, ref[:30] + "".join(reversed(ref[30:])), 20, 4) < 0.9  # half rewritten
+    assert sim.in_order(ref, ref[30:] + ref[:30], 20, 4) < 0.6       # both halves there, out of order
+    assert sim.in_order(ref, "", 20, 4) == 0.0
+
+
+def test_a_scored_notebook_whose_graded_functions_copy_detection_cannot_read_is_flagged():
+    """Copy detection reads the code the kernel runs; a notebook that scores with none of its graded functions found
+    hid them from it (red-team round 23 did, twice): fail closed, the submission is flagged for review."""
+    from tfmgrader.class_report import UNREAD, copy_suspicions
+
+    a = "03_self_attention"
+    notebooks, graded, refs = sim.references(ROOT, a)
+    own = STYLES[a]["einsum-where"]
+    units = {"honest": sim.cell_units("honest", list(own.values()), list(own.values()), graded), "hidden": {}}
+    analysis = sim.analyse(units, refs, graded, sim.release_cells(notebooks))
+    found = copy_suspicions(analysis, ["honest", "hidden", "blank"], scored=["honest", "hidden"])
+    assert found["hidden"]["similar_to"] == UNREAD
+    assert found["honest"]["similar_to"] == "" and found["blank"]["similar_to"] == "", found
+
+
+@pytest.mark.slow
+def test_no_independent_answer_is_flagged_for_running_functions_it_does_not_name():
+    """The review flag of round 27 (``similarity.SPLIT``: a graded function that runs functions it does not call by
+    name) stays off honest work: no independent answer of the calibration corpus (styles, correct and wrong answers,
+    both halves) gets it."""
+    import similarity_calibration as cal
+
+    split, total = [], 0
+    for a in cal.ASSIGNMENTS:
+        notebooks, graded, refs = sim.references(cal.ROOT, a)
+        for half in cal.HALVES:
+            subs, expected = cal.build_class(a, graded, refs, half)
+            units = {}
+            for s, functions in subs.items():
+                if expected[s].role == "independent":
+                    cells = list(dict.fromkeys(functions.values()))
+                    units[s] = {n: u for n, u in sim.cell_units(s, cells, cells, graded).items() if n in functions}
+            analysis = sim.analyse(units, refs, graded, sim.release_cells(notebooks))
+            total += len(analysis.matches)
+            split += [key for key, m in analysis.matches.items() if m.source is sim.SPLIT]
+    assert total > 100 and split == [], split
