@@ -885,6 +885,13 @@ class Fingerprints:
                 hashes |= get_document_fingerprints(self.encode(self.prepare(code)), k, 1)[0]
             self.boilerplate = sorted(hashes)
 
+    def fork(self) -> Fingerprints:
+        """A copy that shares this one's fingerprints (of the units added so far) and extends a copy of its
+        vocabulary: what one submission adds never reaches the next one's analysis."""
+        other = Fingerprints([], self.k, self.mode)
+        other.boilerplate, other.vocab = self.boilerplate, dict(self.vocab)
+        return other
+
     def prepare(self, code: str) -> str:
         """Normalised text: ours (ast), or, in mode "copydetect", the layout-free text that copydetect's own
         Pygments filter then reduces (every name to V, strings to S)."""
@@ -1058,12 +1065,15 @@ def references(course: Path, assignment: str, graded: list[str] | None = None, s
 
 
 def analyse(students: dict[str, dict[str, Unit]], refs: list[Unit], graded: list[str], boilerplate: list[str],
-            k: int = K, mode: str = "ast", min_tokens: int = MIN_TOKENS, threshold: float = THRESHOLD) -> Analysis:
+            k: int = K, mode: str = "ast", min_tokens: int = MIN_TOKENS, threshold: float = THRESHOLD,
+            fp: Fingerprints | None = None) -> Analysis:
     """Compare every unit of ``students`` (``{student: {function: Unit}}``) with ``refs`` and with the other
-    students' units of the same function."""
-    fp = Fingerprints(boilerplate, k, mode)
-    for u in refs:
-        fp.add(u)
+    students' units of the same function.  ``fp``: fingerprints that ``refs`` were already added to (with
+    ``boilerplate``, ``k`` and ``mode``), as ``against_course`` keeps them; else they are made here."""
+    if fp is None:
+        fp = Fingerprints(boilerplate, k, mode)
+        for u in refs:
+            fp.add(u)
     refs = [u for u in refs if u.size]
     by_function: dict[str, list[Unit]] = {}
     for units in students.values():
@@ -1151,20 +1161,39 @@ def analyse_class(course: Path, assignment: str, students: list[str], submitted:
 _COURSE_REFERENCES: dict = {}     # (course, assignment, source_dir) -> what against_course compares with
 
 
+@dataclass
+class CourseReferences:
+    """What ``against_course`` compares each notebook with, read and fingerprinted once per process."""
+    graded: list[str]
+    refs: list[Unit]
+    boilerplate: list[str]
+    instructor: set[str]
+    fingerprints: Fingerprints       # refs added
+
+
+def course_references(course: Path, assignment: str, source_dir: str) -> CourseReferences:
+    key = (str(course), assignment, source_dir)
+    if key not in _COURSE_REFERENCES:
+        notebooks, graded, refs = references(course, assignment, source_dir=source_dir)
+        boilerplate = release_cells(notebooks)
+        fp = Fingerprints(boilerplate)
+        for u in refs:
+            fp.add(u)
+        _COURSE_REFERENCES[key] = CourseReferences(graded, refs, boilerplate, instructor_cells(notebooks), fp)
+    return _COURSE_REFERENCES[key]
+
+
 def against_course(course: Path, assignment: str, student: str, cells: list[str],
                    source_dir: str = "solutions") -> Analysis:
     """One submission (the text of its notebook's cells, as graded) compared with the course's own code only:
     tfmlib, the worked solutions and the site.  What plain ``nbgrader autograde`` does for each notebook it
     grades (``record_verdict.RecordVerdict``), so that a pasted solution is flagged on that path too (red-team round
     23); ``scripts/grade.py`` compares the whole class, classmates included (``analyse_class``).  The references
-    are read once per process."""
-    key = (str(course), assignment, source_dir)
-    if key not in _COURSE_REFERENCES:
-        notebooks, graded, refs = references(course, assignment, source_dir=source_dir)
-        _COURSE_REFERENCES[key] = (graded, refs, release_cells(notebooks), instructor_cells(notebooks))
-    graded, refs, boilerplate, instructor = _COURSE_REFERENCES[key]
-    mine = [c for c in cells if c.strip() not in instructor]
-    return analyse({student: cell_units(student, mine, mine, graded)}, refs, graded, boilerplate)
+    are read and fingerprinted once per process (``course_references``)."""
+    ref = course_references(course, assignment, source_dir)
+    mine = [c for c in cells if c.strip() not in ref.instructor]
+    return analyse({student: cell_units(student, mine, mine, ref.graded)}, ref.refs, ref.graded, ref.boilerplate,
+                   fp=ref.fingerprints.fork())
 
 
 # --- output: grades.csv columns, similarity.csv, similarity.html ----------------------------------------------
