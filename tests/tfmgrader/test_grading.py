@@ -417,6 +417,38 @@ def test_class_nobody_else_is_touched(graded_class):
     assert flood.stat().st_size < 1_000_000, "a 50 MB output line must be cut"
 
 
+# --- the verdicts recorded before issue 34's refactor --------------------------------------------------------
+
+RECORDED = Path(__file__).with_name("recorded_verdicts.json")
+RECORD_ENV = "TFMLIB_RECORD_VERDICTS"
+
+
+def same_as_recorded(path: str, verdicts: dict[str, tuple[float, float, str, str]]) -> None:
+    """``verdicts`` (``{student: (score, max_score, status, reason)}`` of one grading path) are those recorded in
+    recorded_verdicts.json; with ``TFMLIB_RECORD_VERDICTS=1`` they are recorded there instead, and the change is
+    reviewed as a diff of that file before it is committed."""
+    found = {s: list(v) for s, v in sorted(verdicts.items())}
+    recorded = json.loads(RECORDED.read_text())
+    if os.environ.get(RECORD_ENV) == "1":
+        recorded[path] = found
+        RECORDED.write_text(json.dumps(recorded, indent=1, ensure_ascii=False) + "\n")
+        return
+    before = recorded[path]
+    changed = {s: {"recorded": before.get(s), "now": found.get(s)} for s in sorted(set(before) | set(found))
+               if before.get(s) != found.get(s)}
+    assert not changed, (f"{len(changed)} verdicts of the {path} path differ from those recorded at "
+                         f"{recorded['recorded_at']}:\n" + json.dumps(changed, indent=1, ensure_ascii=False)[:6000])
+
+
+@pytest.mark.slow
+def test_class_verdicts_are_those_recorded_before_the_refactor(graded_class):
+    """Grades, statuses and reasons of the whole class through scripts/grade.py (every assignment's correct,
+    wrong and hostile submissions, and the gradebook attacker) are those the grader gave before issue 34
+    rearranged it: equal, not just on the same side of full marks."""
+    same_as_recorded("grade.py", {s: (float(r["score"]), float(r["max_score"]), r["status"], r["reason"])
+                                  for s, r in graded_class["rows"].items()})
+
+
 def class_records(folder: Path) -> dict:
     """What grade.py wrote about a class, less the seconds each submission took: grades.csv's rows, the
     copy detection's entries and the mistakes' counts."""
@@ -602,6 +634,9 @@ def test_default_autograde_grades_the_whole_suite(tmp_path):
     assert plain["status"] == "graded" and float(plain["similarity"]) >= 0.9, plain
     honest = [s for s in expected if "correct-style-" in s]
     assert len([s for s in honest if s not in copies]) >= len(honest) - 1, (honest, copies)
+    # and every grade, status and reason is the one recorded before issue 34's refactor
+    same_as_recorded("nbgrader", {s: (g["score"], g["max_score"], found[(a, s)]["status"], found[(a, s)]["reason"])
+                                  for s, g in graded.items() if s != "_log"})
 
 
 TAMPERING = ["module-attributes", "namespace-dict", "vars", "setattr", "sys-modules", "code-object",
