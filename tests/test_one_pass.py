@@ -19,8 +19,9 @@ A = "01_rnn_limits"
 def grade_counted(monkeypatch) -> tuple:
     """The worked solution of ``A`` graded once, end to end and in this process, as the self-check grades it
     (``selfcheck.grade_solution``: ``run.grade_submission`` in a throw-away copy of the course, no retry); returns
-    ``(graded, writes, opens)``: ``run.Graded``, the writes of the submission's findings file, and the
-    gradebook opens of the grader's code while it graded (``(module file, function)`` each)."""
+    ``(graded, verdict, writes, opens)``: ``run.Graded``, the check's verdict, the writes of the submission's
+    findings file, and the gradebook opens of the grader's code while it graded (``(module file, function)``
+    each)."""
     import nbgrader.api
 
     from tfmgrader import files, selfcheck
@@ -57,6 +58,8 @@ def grade_counted(monkeypatch) -> tuple:
 
 @pytest.mark.slow
 def test_one_notebook_reads_the_gradebook_once_per_stage_and_writes_its_findings_once_per_stage(monkeypatch):
+    """Before: 11 opens of the gradebook to read the instructor's notebook (``trusted_sources`` alone 6) and 7 writes
+    of the findings file, for one notebook."""
     require_bwrap()
     graded, verdict, writes, opens = grade_counted(monkeypatch)
     print(f"\nfindings written {len(writes)} times; gradebook opened by the grader's code: {opens}")
