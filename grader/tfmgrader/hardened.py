@@ -13,7 +13,8 @@ cell failed before any learner code ran (``selfcheck.SetupCheck``), cap output, 
 and reason in the gradebook (``record_verdict.RecordVerdict``: flagged, comment, the course's verdict table; with what
 copy detection finds against the course's own code).  Before the first submission of an assignment, the grader
 grades the assignment's own solution and stops if that does not get full marks (``selfcheck.pre_convert_hook``).
-Reports go to ``$GRADER_REPORTS`` (default ``<course root>/grading/reports``), never inside a learner's folder.
+Reports go to ``$GRADER_REPORTS`` (default ``<course root>/grading/reports``), never inside a learner's folder,
+written once per stage (``preprocessors.GradingExporter``).
 """
 from __future__ import annotations
 
@@ -25,9 +26,9 @@ def configure_autograde(c) -> None:
     from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds,
                                         LimitOutput, OverwriteKernelspec, SaveAutoGrades)
 
-    from tfmgrader.preprocessors import (CapOutput, NeutraliseLearnerMarkup, RefuseDuplicateIds, RestoreReadOnlyCells,
-                                         SandboxedExecute, ScanSubmission, StderrToStdout, StripForgedMetadata,
-                                         VerifyOutside)
+    from tfmgrader.preprocessors import (CapOutput, GradingExporter, NeutraliseLearnerMarkup, RefuseDuplicateIds,
+                                         RestoreReadOnlyCells, SandboxedExecute, ScanSubmission, StderrToStdout,
+                                         StripForgedMetadata, VerifyOutside)
     from tfmgrader.limits import limit
     from tfmgrader.selfcheck import SetupCheck, pre_convert_hook
     from tfmgrader.record_verdict import RecordVerdict
@@ -44,6 +45,8 @@ def configure_autograde(c) -> None:
         SandboxedExecute, VerifyOutside, SetupCheck, StderrToStdout, CapOutput, ClearMetadataPreprocessor, LimitOutput,
         SaveAutoGrades, AssignLatePenalties, CheckCellMetadata, RecordVerdict, NeutraliseLearnerMarkup]
     c.OverwriteCells.add_missing_cells = True       # RestoreReadOnlyCells is an OverwriteCells: it reads this
+    # What the preprocessors find is kept in memory and written once per stage, also when a later step failed.
+    c.Autograde.exporter_class = GradingExporter
     # The grader grades the assignment's own solution first (once per assignment and process) and stops if it
     # does not get full marks; a submission whose read-only setup cell failed is not scored (selfcheck.py).
     c.Autograde.pre_convert_hook = pre_convert_hook

@@ -14,8 +14,10 @@
 - ``StderrToStdout``: keeps stderr text (warnings, logging) visible without failing a test cell.
 
 Each adds what it saw to the report of the submission (``report.NotebookReport`` fields, in
-``report_directory/<assignment>/<student>.json``, outside the learner's reach);
-``report.SubmissionReport.status`` turns it into the submission's status and reason.
+``report_directory/<assignment>/<student>.json``, outside the learner's reach): ``record`` keeps it in memory and
+``GradingExporter`` writes it once per stage, also when a later step failed; ``report.SubmissionReport.status``
+turns it into the submission's status and reason.  What they take from the instructor's notebook is read from the
+gradebook once per stage (``source_notebook``).
 """
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ import re
 import secrets
 import shutil
 import tempfile
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from time import monotonic
 
@@ -33,6 +37,7 @@ from queue import Empty
 
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import ensure_async, run_hook, run_sync
+from nbconvert.exporters import NotebookExporter
 from nbformat.notebooknode import NotebookNode
 from nbgrader.api import MissingEntry
 from nbgrader.preprocessors import ClearHiddenTests, Execute, NbGraderPreprocessor, OverwriteCells
@@ -46,7 +51,7 @@ from tfmgrader.library_view import VIEW_ENV, exported_view
 from tfmgrader.outside_memory import BASE, PEAK, Sampler, memory_cells, resident
 from tfmgrader.lifetime import OWNER_ENV, end_leftovers, owner_tag
 from tfmgrader.limits import limit
-from tfmgrader.report import Execution, Kernel, SubmissionReport
+from tfmgrader.report import Execution, Findings, Kernel, SubmissionReport
 from tfmgrader.sandbox_kernel import AUDIT_MARK, FORKSERVER_ENV, WATCH_ENV, read_regular
 from tfmgrader.scan import scan_cells
 from tfmgrader.submission_files import flag_message, submission_view, write_allowed
@@ -72,24 +77,86 @@ def report_folder(directory: str, resources) -> Path | None:
     return path.parents[2] / "grading" / "reports" if len(path.parents) > 2 else None
 
 
-def record(directory: str, resources, **found) -> None:
-    """Add ``found`` (fields of ``report.NotebookReport``) to the report of this student and assignment."""
+#: The resources' key of a stage's findings (``StageFindings``) and of the instructor's notebook (``SourceNotebook``).
+FINDINGS, SOURCE = "tfmlib_findings", "tfmlib_source"
+
+
+class StageFindings:
+    """The findings of one stage of a notebook's grading, ``{(report file, notebook): report.Findings}``, shared by
+    the stage's preprocessors through its resources and written when the stage ends (``GradingExporter``)."""
+
+    def __init__(self):
+        self.files: dict[tuple[Path, str], Findings] = {}
+
+    def __deepcopy__(self, memo):
+        return self         # nbconvert copies the resources before the first preprocessor: this stays shared
+
+    def of(self, path: Path, notebook: str) -> Findings:
+        return self.files.setdefault((path, notebook), Findings(path, notebook))
+
+    def write(self) -> None:
+        for findings in self.files.values():
+            findings.write()
+
+
+class GradingExporter(NotebookExporter):
+    """nbgrader's exporter of the autograde conversions (``Autograde.exporter_class``, set by ``hardened.py``): each
+    stage (sanitising, autograding: two conversions, each with its own resources) gets a ``StageFindings``, written
+    once when the stage ends, whether it ended well or a preprocessor raised (a scan flag, withheld files, an
+    invalid notebook or a setup error found before a later step failed still reach the report).  It is written at
+    each stage's end, not once per notebook, because between the two stages nbgrader's own code runs (the sanitised
+    notebook written and read back, the next preprocessors made), where a failure reaches none of the course's."""
+
+    def from_notebook_node(self, nb, resources=None, **kw):
+        resources = {} if resources is None else resources
+        resources[FINDINGS] = stage = StageFindings()
+        try:
+            return super().from_notebook_node(nb, resources, **kw)
+        finally:
+            stage.write()
+
+
+def findings_of(directory: str, resources) -> Findings | None:
+    """This notebook's findings in the report of this student and assignment (None without a report folder): the
+    stage's, in memory until it ends (``GradingExporter``), else new ones, written by ``record`` at once."""
     directory = report_folder(directory, resources)
     if directory is None:
-        return
+        return None
     assignment, student, notebook = _ids(resources)
-    SubmissionReport.add(Path(directory) / assignment / f"{student}.json", notebook, **found)
+    path = Path(directory) / assignment / f"{student}.json"
+    stage = resources.get(FINDINGS)
+    return stage.of(path, notebook) if stage is not None else Findings(path, notebook)
+
+
+def record(directory: str, resources, **found) -> None:
+    """Add ``found`` (fields of ``report.NotebookReport``) to the report of this student and assignment."""
+    findings = findings_of(directory, resources)
+    if findings is not None:
+        findings.add(**found)
+        _unless_staged(findings, resources)
 
 
 def start_report(directory: str, resources) -> None:
     """Forget what an earlier run reported for this notebook: the first step of grading it.  ``grade.py`` starts
     each submission's report afresh; plain ``nbgrader autograde`` never did, so a field only written when set (an
     invalid notebook, a setup error, files withheld) stayed on the learner's next, honest submission."""
-    directory = report_folder(directory, resources)
-    if directory is None:
-        return
-    assignment, student, notebook = _ids(resources)
-    SubmissionReport.forget(Path(directory) / assignment / f"{student}.json", notebook)
+    findings = findings_of(directory, resources)
+    if findings is not None:
+        findings.forget()
+        _unless_staged(findings, resources)
+
+
+def _unless_staged(findings: Findings, resources) -> None:
+    """Write ``findings`` now when no stage writes them at its end (a preprocessor run outside ``GradingExporter``)."""
+    if FINDINGS not in resources:
+        findings.write()
+
+
+def report_so_far(directory: str, resources) -> SubmissionReport | None:
+    """The submission's report with what this stage has found so far (not written yet); None without a report
+    folder."""
+    findings = findings_of(directory, resources)
+    return None if findings is None else SubmissionReport.from_json(findings.merged())
 
 
 def trace_limit() -> int:
@@ -212,14 +279,9 @@ class NeutraliseLearnerMarkup(NbGraderPreprocessor):
     files submitted beside the notebook that a browser would run as a page are renamed to ``.txt`` (``inert_files``)."""
 
     def preprocess(self, nb, resources):
-        from nbgrader.api import Gradebook
-
-        nbg = resources["nbgrader"]
-        with Gradebook(nbg["db_url"]) as gb:
-            source = gb.find_notebook(nbg["notebook"], nbg["assignment"])
-            answers = {c.name for c in source.solution_cells}
-            instructors = {c.name: c.source for c in source.source_cells
-                           if c.cell_type != "code" and c.locked and c.name not in answers}
+        source = source_notebook(resources)
+        instructors = {name: text for name, kind, locked, text in source.cells
+                       if kind != "code" and locked and name not in source.answers}
         folder = resources.get("metadata", {}).get("path")
         inert = inert_files(Path(folder)) if folder else []
         if inert:
@@ -307,14 +369,8 @@ def restore_missing_read_only(nb, resources, log=None):
     all), put back where the instructor's order puts it: after the cells that come before it there.  nbgrader
     adds back only test and task cells; without this, deleting the setup cell left the names it binds (``torch``,
     ``check``) to the learner's own code, which the test cells then called (round 11)."""
-    from nbgrader.api import Gradebook
-
-    nbg = resources["nbgrader"]
-    with Gradebook(nbg["db_url"]) as gb:
-        source = gb.find_notebook(nbg["notebook"], nbg["assignment"])
-        answers = {c.name for c in source.solution_cells}
-        graded = {c.name for c in source.grade_cells}
-        order = [(c.name, c.cell_type, c.locked, c.source) for c in source.source_cells]
+    source = source_notebook(resources)
+    answers, graded, order = source.answers, source.graded, source.cells
     present = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells}
     for k, (name, kind, locked, text) in enumerate(order):
         if name in present or kind != "code" or not locked or name in answers or name in graded:
@@ -364,28 +420,55 @@ class StripForgedMetadata(NbGraderPreprocessor):
         return nb, resources
 
 
+@dataclass(frozen=True)
+class SourceNotebook:
+    """The instructor's notebook being graded, as the gradebook holds it (never the submission): everything the
+    course's preprocessors read of it, read at once (``source_notebook``)."""
+
+    cells: tuple[tuple[str, str, bool, str], ...]   # (grade id, cell type, locked, source), in the instructor's order
+    answers: frozenset[str]         # the answer cells
+    graded: frozenset[str]          # the cells that score points
+    tasks: frozenset[str]
+    notebooks: tuple[str, ...]      # every notebook of the assignment
+
+    @cached_property
+    def trusted(self) -> dict[str, tuple[str, bool]]:
+        """``{grade_id: (source, is_test)}`` of the read-only and test code cells: computed once, shared by every
+        caller (none changes it)."""
+        return {name: (text, name in self.graded) for name, kind, locked, text in self.cells
+                if kind == "code" and name not in self.answers and (locked or name in self.graded)}
+
+
+def source_notebook(resources) -> SourceNotebook:
+    """The instructor's notebook that ``resources`` (a stage's, nbgrader's) grades, read from the gradebook by the
+    stage's first preprocessor that needs it and kept in ``resources`` for the others: one gradebook open per
+    stage, however many of them ask."""
+    if SOURCE not in resources:
+        from nbgrader.api import Gradebook
+
+        nbg = resources["nbgrader"]
+        with Gradebook(nbg["db_url"]) as gb:
+            source = gb.find_notebook(nbg["notebook"], nbg["assignment"])
+            resources[SOURCE] = SourceNotebook(
+                cells=tuple((c.name, c.cell_type, c.locked, c.source) for c in source.source_cells),
+                answers=frozenset(c.name for c in source.solution_cells),
+                graded=frozenset(c.name for c in source.grade_cells),
+                tasks=frozenset(c.name for c in source.task_cells),
+                notebooks=tuple(n.name for n in source.assignment.notebooks))
+    return resources[SOURCE]
+
+
 def markdown_cells(resources) -> set[str]:
-    from nbgrader.api import Gradebook
-
-    nbg = resources["nbgrader"]
-    with Gradebook(nbg["db_url"]) as gb:
-        source = gb.find_notebook(nbg["notebook"], nbg["assignment"])
-        return {c.name for c in source.source_cells if c.cell_type != "code"} | {c.name for c in source.task_cells}
+    """The instructor's Markdown and raw cells and task cells (``grade_id``s), from the gradebook."""
+    source = source_notebook(resources)
+    return {name for name, kind, *_ in source.cells if kind != "code"} | source.tasks
 
 
-def trusted_sources(resources) -> tuple[dict[str, tuple[str, bool]], set[str]]:
+def trusted_sources(resources) -> tuple[dict[str, tuple[str, bool]], frozenset[str]]:
     """From the gradebook (the instructor's source, never the submission): ``({grade_id: (source, is_test)} of
     the read-only and test code cells, {grade_ids of the answer cells})``."""
-    from nbgrader.api import Gradebook
-
-    nbg = resources["nbgrader"]
-    with Gradebook(nbg["db_url"]) as gb:
-        source = gb.find_notebook(nbg["notebook"], nbg["assignment"])
-        graded = {c.name for c in source.grade_cells}
-        answers = {c.name for c in source.solution_cells}
-        trusted = {c.name: (c.source, c.name in graded) for c in source.source_cells
-                   if c.cell_type == "code" and c.name not in answers and (c.locked or c.name in graded)}
-    return trusted, answers
+    source = source_notebook(resources)
+    return source.trusted, source.answers
 
 
 def forbidden_groups(resources) -> list[str]:
@@ -417,19 +500,20 @@ def forbidden_groups(resources) -> list[str]:
 def answer_sources(resources) -> dict[str, str]:
     """From the gradebook: ``{grade_id: source}`` of the answer cells as the instructor released them (the
     functions' definitions, their bodies left to the learner)."""
-    from nbgrader.api import Gradebook
-
-    nbg = resources["nbgrader"]
-    with Gradebook(nbg["db_url"]) as gb:
-        source = gb.find_notebook(nbg["notebook"], nbg["assignment"])
-        answers = {c.name for c in source.solution_cells}
-        return {c.name: c.source for c in source.source_cells if c.name in answers}
+    source = source_notebook(resources)
+    return {name: text for name, _, _, text in source.cells if name in source.answers}
 
 
-def trusted_cells(resources) -> tuple[dict[str, bool], set[str]]:
+def trusted_cells(resources) -> tuple[dict[str, bool], frozenset[str]]:
     """``trusted_sources`` without the sources: ``({grade_id: is_test}, {answer grade_ids})``."""
     trusted, answers = trusted_sources(resources)
     return {name: is_test for name, (_, is_test) in trusted.items()}, answers
+
+
+def assignment_notebooks(resources) -> tuple[str, ...]:
+    """The notebooks of the assignment being graded, as the gradebook knows them (none without a gradebook)."""
+    nbg = resources.get("nbgrader", {})
+    return source_notebook(resources).notebooks if nbg.get("db_url") and nbg.get("assignment") else ()
 
 
 def _defined_functions(src: str) -> set[str]:
@@ -513,7 +597,8 @@ class SandboxedExecute(Execute):
         write_kernelspec(self._private / "jupyter", sandboxed=sandboxed, env=env)
         (self._private / "run").mkdir(mode=0o700)
         # Only the files the assignment released reach the kernel; what else was submitted is reported.
-        allowed, withheld, stray = submission_view(self.config, resources or {}, workdir)
+        allowed, withheld, stray = submission_view(self.config, resources or {}, workdir,
+                                                   assignment_notebooks(resources or {}))
         write_allowed(self._private, allowed)
         record(self.report_directory, resources, withheld=[flag_message(withheld)] if withheld else [])
         record(self.report_directory, resources, stray_files=stray)

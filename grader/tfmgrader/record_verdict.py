@@ -9,8 +9,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Unicode
 
 from tfmgrader import report
-from tfmgrader.preprocessors import _ids, report_folder
-from tfmgrader.report import SubmissionReport
+from tfmgrader.preprocessors import _ids, report_so_far
 from tfmgrader.verdicts import load, save
 
 
@@ -28,14 +27,13 @@ class RecordVerdict(NbGraderPreprocessor):
                                      "(scripts/grade.py compares the whole class instead).").tag(config=True)
 
     def preprocess(self, nb, resources):
-        folder = report_folder(self.report_directory, resources)
+        findings = report_so_far(self.report_directory, resources)     # this stage's: written when it ends
         assignment, student, notebook = _ids(resources)
         answers = [c.metadata.nbgrader.get("grade_id") for c in nb.cells
                    if c.metadata.get("nbgrader", {}).get("solution")]
         db_url = resources.get("nbgrader", {}).get("db_url")
-        if folder is None or not db_url:
+        if findings is None or not db_url:
             return nb, resources
-        findings = SubmissionReport.load(Path(folder) / assignment / f"{student}.json")
         status, reason = findings.status({"success": True})
         try:
             save(db_url, assignment, student, comment_cell=(notebook, answers[0]) if answers else None,

@@ -1,8 +1,9 @@
 """The per-submission report: what the preprocessors found, typed, and the status it gives the submission.
 
 The preprocessors (``preprocessors.py``, ``selfcheck.SetupCheck``) each add what they found to one findings file
-per student and assignment, ``<reports>/<assignment>/<student>.json``: ``{notebook: NotebookReport}``.  The batch
-grader (``batch.py``) and the self-check read it back as a ``SubmissionReport`` and derive the submission's
+per student and assignment, ``<reports>/<assignment>/<student>.json``: ``{notebook: NotebookReport}``, kept in
+memory (``Findings``) and written once per stage of nbgrader's conversion (``preprocessors.GradingExporter``).  The
+batch grader (``batch.py``) and the self-check read it back as a ``SubmissionReport`` and derive the submission's
 ``Status`` and reason from its fields, never from the wording of a message.
 
 The instructor's report of a submission is rendered from it by one function, ``render``, whichever way it was
@@ -96,28 +97,6 @@ class SubmissionReport:
         """The report file ``path`` (an empty report when there is none: nothing ran)."""
         return cls.from_json(json.loads(Path(path).read_text()) if Path(path).exists() else {})
 
-    @staticmethod
-    def add(path: Path, notebook: str, **found) -> None:
-        """Add ``found`` (``NotebookReport`` fields) to ``notebook``'s entry of the report file ``path``."""
-        unknown = set(found) - {f.name for f in dataclasses.fields(NotebookReport)}
-        if unknown:
-            raise ValueError(f"not fields of NotebookReport: {sorted(unknown)}")
-        path = Path(path)
-        data = json.loads(path.read_text()) if path.exists() else {}
-        data.setdefault(notebook, {}).update(found)
-        write_json(path, data)
-
-    @staticmethod
-    def forget(path: Path, notebook: str) -> None:
-        """Remove ``notebook``'s entry from the report file ``path`` (nothing to do without one)."""
-        path = Path(path)
-        if not path.exists():
-            return
-        data = json.loads(path.read_text())
-        if data.pop(notebook, None) is None:
-            return
-        write_json(path, data)
-
     def status(self, result: dict) -> tuple[Status, str]:
         """(status, reason) from nbgrader's ``result`` (``NbGraderAPI.autograde``) and this report."""
         nbs = self.notebooks.values()
@@ -159,6 +138,42 @@ class SubmissionReport:
         nbs = self.notebooks.values()
         return {"withheld": sorted({w for nb in nbs for w in nb.withheld}),
                 "stray": sorted({f for nb in nbs for f in nb.stray_files})}
+
+
+class Findings:
+    """What the grader found in one notebook during one stage of grading it, kept in memory and written to the
+    report file ``path`` at once (``write``): the preprocessors of a stage share one (``preprocessors.record``), so
+    the file is written once per stage instead of once per finding."""
+
+    def __init__(self, path: Path, notebook: str):
+        self.path, self.notebook = Path(path), notebook
+        self.found: dict = {}
+        self.afresh = False         # the notebook's entry is replaced, not added to (``forget``)
+
+    def add(self, **found) -> None:
+        """Add ``found`` (``NotebookReport`` fields) to the notebook's entry."""
+        unknown = set(found) - {f.name for f in dataclasses.fields(NotebookReport)}
+        if unknown:
+            raise ValueError(f"not fields of NotebookReport: {sorted(unknown)}")
+        self.found.update(found)
+
+    def forget(self) -> None:
+        """Start the notebook's entry afresh: what an earlier run wrote there is gone once this is written."""
+        self.found, self.afresh = {}, True
+
+    def merged(self) -> dict:
+        """The report file's contents once this is written (its other notebooks as they are)."""
+        data = json.loads(self.path.read_text()) if self.path.exists() else {}
+        if self.afresh:
+            data.pop(self.notebook, None)
+        if self.found:
+            data.setdefault(self.notebook, {}).update(self.found)
+        return data
+
+    def write(self) -> None:
+        """Write the report file with this notebook's findings (nothing to do when there are none)."""
+        if self.found or self.afresh:
+            write_json(self.path, self.merged())
 
 
 # --- the instructor's report of one submission: one layout for every way of grading -------------------------

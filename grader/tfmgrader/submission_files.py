@@ -180,11 +180,12 @@ def copy_allowed(workdir: Path, scratch: Path, names: list[str]) -> list[str]:
     return copied
 
 
-def submission_view(config, resources, workdir: Path) -> tuple[set[str], dict[str, str], list[str]]:
+def submission_view(config, resources, workdir: Path,
+                    released: tuple[str, ...]) -> tuple[set[str], dict[str, str], list[str]]:
     """For the notebook nbgrader is autograding (``resources``): ``(allowed, flagged, stray)`` — the names that
     may reach the kernel, and what the learner submitted beyond them (see ``inventory``), looked up in the
-    course's release and submitted folders and the gradebook (``config``: nbgrader's configuration)."""
-    from nbgrader.api import Gradebook
+    course's release and submitted folders (``config``: nbgrader's configuration) and ``released``, the
+    assignment's notebooks as the gradebook knows them (``preprocessors.assignment_notebooks``)."""
     from nbgrader.coursedir import CourseDirectory
 
     nbg = resources.get("nbgrader", {})
@@ -192,10 +193,7 @@ def submission_view(config, resources, workdir: Path) -> tuple[set[str], dict[st
     coursedir = CourseDirectory(config=config)
     if not coursedir.root or not Path(coursedir.root, coursedir.submitted_directory).is_dir():
         coursedir.root = str(workdir.parents[2]) if len(workdir.parents) > 2 else str(workdir)
-    notebooks = [nbg["notebook"]] if nbg.get("notebook") else []
-    if nbg.get("db_url") and assignment:
-        with Gradebook(nbg["db_url"]) as gb:
-            notebooks += [n.name for n in gb.find_assignment(assignment).notebooks]
+    notebooks = ([nbg["notebook"]] if nbg.get("notebook") else []) + list(released)
     release = Path(coursedir.format_path(coursedir.release_directory, ".", assignment)) if assignment else None
     allowed = allowed_files(release, notebooks, list(coursedir.ignore))
     submitted = Path(coursedir.format_path(coursedir.submitted_directory, student, assignment)) \
