@@ -12,7 +12,7 @@ import pytest
 
 from conftest import require_bwrap
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 A = "01_rnn_limits"
 
 
