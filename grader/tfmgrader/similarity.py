@@ -55,7 +55,9 @@ import json
 import os
 import pickle
 import re
+import sys
 import tokenize
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -871,6 +873,29 @@ def compute_site_units(book: Path) -> list[Unit]:
 
 # --- fingerprints and comparison (copydetect) ---------------------------------------------------------------
 
+class _Deferred(types.ModuleType):
+    """Stands in for a module until one of its attributes is used; then the module is imported and answers."""
+
+    def __getattr__(self, attr):
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), attr)
+
+
+def _copydetect():
+    """copydetect, imported without the matplotlib.pyplot it imports for the plot of its own HTML report, which
+    this module never draws: about half a second of every grading process (the pyplot it holds is imported if
+    ever used)."""
+    if "copydetect" not in sys.modules and "matplotlib.pyplot" not in sys.modules:
+        sys.modules["matplotlib.pyplot"] = _Deferred("matplotlib.pyplot")
+        try:
+            importlib.import_module("copydetect")
+        finally:
+            if isinstance(sys.modules.get("matplotlib.pyplot"), _Deferred):
+                del sys.modules["matplotlib.pyplot"]
+    return importlib.import_module("copydetect")
+
+
 class Fingerprints:
     """copydetect fingerprints of normalised code: one character per token (a vocabulary shared by every unit
     of one analysis), k-grams of K tokens, every k-gram kept, the boilerplate's removed."""
@@ -879,7 +904,7 @@ class Fingerprints:
         self.k, self.mode, self.vocab = k, mode, {}
         self.boilerplate = []
         if boilerplate:
-            from copydetect.utils import get_document_fingerprints
+            get_document_fingerprints = _copydetect().utils.get_document_fingerprints
             hashes = set()
             for code in boilerplate:
                 hashes |= get_document_fingerprints(self.encode(self.prepare(code)), k, 1)[0]
@@ -900,7 +925,7 @@ class Fingerprints:
         except (SyntaxError, ValueError, RecursionError):
             text = code
         if self.mode == "copydetect":
-            from copydetect.utils import filter_code
+            filter_code = _copydetect().utils.filter_code
             return filter_code(text, "unit.py")[0]
         return text
 
@@ -910,7 +935,7 @@ class Fingerprints:
         return "".join(self.vocab.setdefault(t[0], chr(0x10000 + len(self.vocab))) for t in tokens(text))
 
     def add(self, u: Unit) -> Unit:
-        from copydetect import CodeFingerprint
+        CodeFingerprint = _copydetect().CodeFingerprint
 
         text = u.normalised if self.mode == "ast" else self.prepare(u.normalised)
         try:
@@ -929,7 +954,7 @@ class Fingerprints:
     @staticmethod
     def compare(a: Unit, b: Unit) -> tuple[float, object]:
         """(share of ``a``'s tokens found in ``b``, the token slices of ``a`` that ``b`` also has)."""
-        from copydetect import compare_files
+        compare_files = _copydetect().compare_files
 
         if not a.size or not b.size or a.fingerprint.hashes.isdisjoint(b.fingerprint.hashes):
             return 0.0, None
