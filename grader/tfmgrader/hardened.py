@@ -22,34 +22,33 @@ import os
 
 
 def configure_autograde(c) -> None:
-    from nbconvert.preprocessors import ClearMetadataPreprocessor
-    from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds,
-                                        LimitOutput, OverwriteKernelspec, SaveAutoGrades)
-
-    from tfmgrader.preprocessors import (CapOutput, GradingExporter, NeutraliseLearnerMarkup, RefuseDuplicateIds,
-                                         RestoreReadOnlyCells, SandboxedExecute, ScanSubmission, StderrToStdout,
-                                         StripForgedMetadata, VerifyOutside)
     from tfmgrader.limits import limit
-    from tfmgrader.selfcheck import SetupCheck, pre_convert_hook
-    from tfmgrader.record_verdict import RecordVerdict
 
+    # The preprocessors, the exporter and the hook are named, not imported: nbgrader imports them when it autogrades
+    # (nbconvert's ``register_preprocessor``, traitlets' ``Type`` and nbgrader's ``pre_convert_hook`` take dotted
+    # names), so the nbgrader commands that load this configuration and do not autograde (fetch, submit, Validate,
+    # the learners' JupyterLab) never import PyTorch, the scan or the sandbox for it.
+    nbgrader_pp, ours = "nbgrader.preprocessors.", "tfmgrader.preprocessors."
     # nbgrader's own session bookkeeping when it adds a new student's submission (SQLAlchemy's "Object of type
     # <SubmittedAssignment> not in session ..."): harmless, and printed once per new student.
     import warnings
 
     warnings.filterwarnings("ignore", message=r"Object of type <Submitted\w+> not in session")
     c.Autograde.sanitize_preprocessors = [
-        ClearOutput, RefuseDuplicateIds, DeduplicateIds, OverwriteKernelspec, StripForgedMetadata, RestoreReadOnlyCells,
-        ScanSubmission, CheckCellMetadata]
+        nbgrader_pp + "ClearOutput", ours + "RefuseDuplicateIds", nbgrader_pp + "DeduplicateIds",
+        nbgrader_pp + "OverwriteKernelspec", ours + "StripForgedMetadata", ours + "RestoreReadOnlyCells",
+        ours + "ScanSubmission", nbgrader_pp + "CheckCellMetadata"]
     c.Autograde.autograde_preprocessors = [
-        SandboxedExecute, VerifyOutside, SetupCheck, StderrToStdout, CapOutput, ClearMetadataPreprocessor, LimitOutput,
-        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata, RecordVerdict, NeutraliseLearnerMarkup]
+        ours + "SandboxedExecute", ours + "VerifyOutside", "tfmgrader.selfcheck.SetupCheck", ours + "StderrToStdout",
+        ours + "CapOutput", "nbconvert.preprocessors.ClearMetadataPreprocessor", nbgrader_pp + "LimitOutput",
+        nbgrader_pp + "SaveAutoGrades", nbgrader_pp + "AssignLatePenalties", nbgrader_pp + "CheckCellMetadata",
+        "tfmgrader.record_verdict.RecordVerdict", ours + "NeutraliseLearnerMarkup"]
     c.OverwriteCells.add_missing_cells = True       # RestoreReadOnlyCells is an OverwriteCells: it reads this
     # What the preprocessors find is kept in memory and written once per stage, also when a later step failed.
-    c.Autograde.exporter_class = GradingExporter
+    c.Autograde.exporter_class = ours + "GradingExporter"
     # The grader grades the assignment's own solution first (once per assignment and process) and stops if it
     # does not get full marks; a submission whose read-only setup cell failed is not scored (selfcheck.py).
-    c.Autograde.pre_convert_hook = pre_convert_hook
+    c.Autograde.pre_convert_hook = "tfmgrader.selfcheck.pre_convert_hook"
     if os.environ.get("GRADER_REPORTS"):     # default: <course root>/grading/reports
         for name in ("RefuseDuplicateIds", "StripForgedMetadata", "ScanSubmission", "SandboxedExecute", "VerifyOutside",
                      "SetupCheck", "RecordVerdict"):

@@ -778,8 +778,9 @@ def site_units(book: Path) -> list[Unit]:
 
 
 def site_cache_dir() -> Path:
-    """Where the normalised site is kept: ``$GRADER_SITE_CACHE``, else ``~/.cache/tfmlib-grading/site`` (beside the
-    self-check's cache).  Learners' code never reaches it: the sandbox binds no home folder."""
+    """Where the normalised site and course references (tfmlib, the solutions) are kept: ``$GRADER_SITE_CACHE``, else
+    ``~/.cache/tfmlib-grading/site`` (beside the self-check's cache).  Learners' code never reaches it: the sandbox
+    binds no home folder."""
     return Path(os.environ.get("GRADER_SITE_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tfmlib-grading", "site"))
 
@@ -800,10 +801,15 @@ def site_key(book: Path) -> str:
 
 
 def stored_site_units(book: Path) -> list[tuple[str, str, str, str, str]]:
-    """The site's units as tuples, from the disk cache when its key matches, else computed and stored (written
-    to a temporary file and renamed: two batches starting at once never read half a file)."""
-    key = site_key(book)
-    path = site_cache_dir() / f"site-units-{key[:32]}.json"
+    """The site's units as tuples, from the disk cache when its key matches, else computed and stored."""
+    return _stored_units("site-units", site_key(book), lambda: compute_site_units(book))
+
+
+def _stored_units(name: str, key: str, compute) -> list[tuple[str, str, str, str, str]]:
+    """Units as (label, kind, function, source, normalised) tuples, read from ``site_cache_dir()/<name>-<key>.json``
+    when its key matches, else ``compute()``d and stored there (written to a temporary file and renamed: two
+    batches starting at once never read half a file)."""
+    path = site_cache_dir() / f"{name}-{key[:32]}.json"
     try:
         stored = json.loads(path.read_text())
         if stored.get("key") == key and all(isinstance(u, list) and len(u) == 5 and all(isinstance(x, str) for x in u)
@@ -811,7 +817,7 @@ def stored_site_units(book: Path) -> list[tuple[str, str, str, str, str]]:
             return [tuple(u) for u in stored["units"]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
-    units = [(u.label, u.kind, u.function, u.source, u.normalised) for u in compute_site_units(book)]
+    units = [(u.label, u.kind, u.function, u.source, u.normalised) for u in compute()]
     try:
         from tfmgrader.files import write_json
 
@@ -819,6 +825,27 @@ def stored_site_units(book: Path) -> list[tuple[str, str, str, str, str]]:
     except OSError:
         pass        # a read-only home: the units are computed again by the next process
     return units
+
+
+def course_key(solution_notebooks: list[Path], graded: list[str]) -> str:
+    """A digest of everything ``tfmlib_units`` and ``solution_units`` read: tfmlib's files, the worked solutions,
+    the graded functions and their contracts, and the code that normalises.  Any change gives a new key."""
+    digest = hashlib.sha256(f"{CANONICAL}\n{graded!r}\n{[CONTRACTS.get(g) for g in graded]!r}\n".encode())
+    for code in (Path(__file__), Path(canonical.__file__)):
+        digest.update(code.read_bytes())
+    folder = tfmlib_folder()
+    for path in [*sorted(folder.glob("*.py")), *solution_notebooks]:
+        digest.update(f"\0{path.name}\0".encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def course_units(solution_notebooks: list[Path], graded: list[str]) -> list[Unit]:
+    """``tfmlib_units`` and ``solution_units`` (new Unit objects), kept on disk between processes like the site's:
+    every grading process compares with them, and normalising them takes a second or two."""
+    key = course_key(solution_notebooks, graded)
+    stored = _stored_units("course-units", key,
+                           lambda: tfmlib_units(graded) + solution_units(solution_notebooks, graded))
+    return [Unit(*fields) for fields in stored]
 
 
 def compute_site_units(book: Path) -> list[Unit]:
@@ -1085,7 +1112,7 @@ def references(course: Path, assignment: str, graded: list[str] | None = None, s
     graded = graded or graded_functions(notebooks)
     CONTRACTS.update(contracts(notebooks))
     book = book if book is not None else REPO / "book"
-    refs = tfmlib_units(graded) + solution_units(notebooks, graded) + (site_units(book) if book.is_dir() else [])
+    refs = course_units(notebooks, graded) + (site_units(book) if book.is_dir() else [])
     return notebooks, graded, refs
 
 

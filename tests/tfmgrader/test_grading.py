@@ -703,12 +703,28 @@ def test_autograde_refuses_to_run_unsandboxed(monkeypatch):
 
 
 def test_course_config_uses_the_hardened_pipeline_for_autograde_only():
-    """The course's nbgrader_config.py selects the hardened pipeline for Autograde and leaves Validate alone."""
+    """The course's nbgrader_config.py selects the hardened pipeline for Autograde and leaves Validate alone. It names
+    the pipeline's classes and hook without importing them: loading it (every nbgrader command, the learners'
+    JupyterLab) imports neither PyTorch nor the grading pipeline, and each name is one nbgrader can import."""
+    from nbconvert.preprocessors import Preprocessor
+    from nbgrader.converters import Autograde
     from traitlets.config.loader import PyFileConfigLoader
+    from traitlets.utils.importstring import import_item
+    code = ("import sys\nfrom traitlets.config.loader import PyFileConfigLoader\n"
+            f"PyFileConfigLoader('nbgrader_config.py', path={str(ROOT)!r}).load_config()\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'tfmcheck')"
+            " or m in ('tfmgrader.preprocessors', 'tfmgrader.scan', 'tfmgrader.selfcheck')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]", f"loading the configuration imported {loaded}"
     cfg = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
-    names = [p.__name__ for p in cfg.Autograde.autograde_preprocessors]
+    names = [p.rsplit(".", 1)[1] for p in cfg.Autograde.autograde_preprocessors]
     assert names[:2] == ["SandboxedExecute", "VerifyOutside"]
-    assert "ScanSubmission" in [p.__name__ for p in cfg.Autograde.sanitize_preprocessors]
+    assert "ScanSubmission" in [p.rsplit(".", 1)[1] for p in cfg.Autograde.sanitize_preprocessors]
+    for name in cfg.Autograde.autograde_preprocessors + cfg.Autograde.sanitize_preprocessors:
+        assert issubclass(import_item(name), Preprocessor), name
+    converter = Autograde(config=cfg)
+    assert converter.exporter_class.__name__ == "GradingExporter"
+    assert converter.pre_convert_hook.__module__ == "tfmgrader.selfcheck"
     assert "Validator" not in cfg and "KernelManager" not in cfg, "Validate keeps nbgrader's own kernel"
 
 

@@ -387,7 +387,7 @@ def test_guide_nbgrader_configuration_loads(tmp_path, monkeypatch):
     monkeypatch.setenv("NBGRADER_DB_URL", url)
     cfg = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
     assert cfg.CourseDirectory.db_url == url
-    assert [p.__name__ for p in cfg.Autograde.autograde_preprocessors][:1] == ["SandboxedExecute"]
+    assert cfg.Autograde.autograde_preprocessors[:1] == ["tfmgrader.preprocessors.SandboxedExecute"]
     assert course_config.load_config(course).CourseDirectory.db_url == url, "grade.py uses the course's gradebook"
     monkeypatch.delenv("NBGRADER_DB_URL")
     monkeypatch.chdir(course)

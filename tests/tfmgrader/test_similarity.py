@@ -128,6 +128,39 @@ def test_the_site_kept_on_disk_is_the_site_and_follows_every_page_and_included_f
     assert sim.stored_site_units(book)[1][4] != fresh[1][1]                         # not the stale units
 
 
+def test_the_course_references_kept_on_disk_are_those_computed_and_follow_tfmlib_and_the_solutions(tmp_path,
+                                                                                                   monkeypatch):
+    """tfmlib's and the worked solution's units, kept between processes: the same as computed, read back without
+    computing, and computed again when a solution, a tfmlib file or the graded functions change."""
+    import shutil
+    a = "03_self_attention"
+    lib = tmp_path / "lib" / "tfmlib"
+    shutil.copytree(ROOT / "tfmlib", lib, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "solutions" / a, tmp_path / "solutions" / a)
+    notebooks = sorted((tmp_path / "solutions" / a).glob("*.ipynb"))
+    monkeypatch.setattr(sim, "tfmlib_folder", lambda: lib)
+    monkeypatch.setenv("GRADER_SITE_CACHE", str(tmp_path / "cache"))
+    graded = sim.graded_functions(notebooks)
+    sim.CONTRACTS.update(sim.contracts(notebooks))
+    fresh = [(u.label, u.normalised) for u in sim.tfmlib_units(graded) + sim.solution_units(notebooks, graded)]
+    assert any(label.startswith("tfmlib/") for label, _ in fresh) and any(label.startswith("solutions/")
+                                                                         for label, _ in fresh)
+    assert [(u.label, u.normalised) for u in sim.course_units(notebooks, graded)] == fresh    # computed, then stored
+    assert len(list((tmp_path / "cache").glob("course-units-*.json"))) == 1
+    with monkeypatch.context() as m:
+        m.setattr(sim, "tfmlib_units", lambda graded: pytest.fail("the stored references were not read"))
+        m.setattr(sim, "solution_units", lambda notebooks, graded: pytest.fail("the stored references were not read"))
+        assert [(u.label, u.normalised) for u in sim.course_units(notebooks, graded)] == fresh   # read from disk
+    key = sim.course_key(notebooks, graded)
+    assert sim.course_key(notebooks, graded[:1]) != key                                   # other graded functions
+    with open(lib / "attention.py", "a") as f:                                              # a tfmlib file changed
+        f.write("\n# an edit\n")
+    assert sim.course_key(notebooks, graded) != key
+    key = sim.course_key(notebooks, graded)
+    notebooks[0].write_text(notebooks[0].read_text().replace("def ", "def  ", 1))           # a solution changed
+    assert sim.course_key(notebooks, graded) != key
+
+
 ISSUE_32 = {   # the four copies of issue 32, written again by hand: (assignment, name in disguised/index.json)
     "split into lines, two unused statements": ("03_self_attention", "sdpa-split-two-unused"),
     "while loop, renamed state, independent lines swapped": ("07_efficiency", "blockwise-tfmlib-while"),
