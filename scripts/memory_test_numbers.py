@@ -24,7 +24,7 @@ import tfmcheck.checking as check  # noqa: E402
 import test_memory_check as t  # noqa: E402
 from fixtures.answers import STYLES  # noqa: E402
 
-INPUTS = [(((1, 2048, 4), (1, 8192, 4), (1, 8192, 2)), 64), (((2, 1024, 4), (2, 8192, 4), (2, 8192, 3)), 100)]
+INPUTS = [(((1, 4096, 4), (1, 8192, 4), (1, 8192, 2)), 64), (((2, 2048, 4), (2, 8192, 4), (2, 8192, 3)), 100)]
 
 
 def answers() -> dict[str, str]:

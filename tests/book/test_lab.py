@@ -160,8 +160,16 @@ class Lab:
         assert length == len(text)
 
     def menu(self, top, item):
+        from selenium.common.exceptions import ElementClickInterceptedException
         from selenium.webdriver.common.by import By
-        self.d.find_element(By.XPATH, f"//div[contains(@class,'lm-MenuBar-itemLabel') and text()='{top}']").click()
+
+        def opened():
+            try:
+                self.d.find_element(By.XPATH, f"//div[contains(@class,'lm-MenuBar-itemLabel') and text()='{top}']").click()
+                return True
+            except ElementClickInterceptedException:   # a page just loaded: its menu bar may not be laid out yet
+                return False
+        self.wait(opened, f"the menu {top} to take a click")
         entry = self.wait(lambda: [e for e in self.d.find_elements(
             By.XPATH, f"//div[contains(@class,'lm-Menu-itemLabel') and text()='{item}']") if e.is_displayed()],
             f"the menu item {top} > {item}")
