@@ -785,12 +785,19 @@ def site_cache_dir() -> Path:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tfmlib-grading", "site"))
 
 
-def site_key(book: Path) -> str:
-    """A digest of everything ``compute_site_units`` reads: the pages, the files they include, and the code that
-    normalises (this module, ``canonical.py``, the ``CANONICAL`` switch).  Any change gives a new key."""
-    digest = hashlib.sha256(f"{CANONICAL}\n".encode())
+def _normaliser_digest(header: str = ""):
+    """A SHA-256 digest started with the code that normalises (this module, ``canonical.py``, the ``CANONICAL``
+    switch) and ``header``: the cached units' keys (``site_key``, ``course_key``) add what their units are read from."""
+    digest = hashlib.sha256(f"{CANONICAL}\n{header}".encode())
     for code in (Path(__file__), Path(canonical.__file__)):
         digest.update(code.read_bytes())
+    return digest
+
+
+def site_key(book: Path) -> str:
+    """A digest of everything ``compute_site_units`` reads: the pages, the files they include, and the code that
+    normalises.  Any change gives a new key."""
+    digest = _normaliser_digest()
     for md in sorted(book.rglob("*.md")):
         text = md.read_bytes()
         digest.update(f"\0{md.relative_to(book)}\0".encode() + text)
@@ -830,9 +837,7 @@ def _stored_units(name: str, key: str, compute) -> list[tuple[str, str, str, str
 def course_key(solution_notebooks: list[Path], graded: list[str]) -> str:
     """A digest of everything ``tfmlib_units`` and ``solution_units`` read: tfmlib's files, the worked solutions,
     the graded functions and their contracts, and the code that normalises.  Any change gives a new key."""
-    digest = hashlib.sha256(f"{CANONICAL}\n{graded!r}\n{[CONTRACTS.get(g) for g in graded]!r}\n".encode())
-    for code in (Path(__file__), Path(canonical.__file__)):
-        digest.update(code.read_bytes())
+    digest = _normaliser_digest(f"{graded!r}\n{[CONTRACTS.get(g) for g in graded]!r}\n")
     folder = tfmlib_folder()
     for path in [*sorted(folder.glob("*.py")), *solution_notebooks]:
         digest.update(f"\0{path.name}\0".encode() + path.read_bytes())
