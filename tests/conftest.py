@@ -68,18 +68,20 @@ def headless_chromium(window: str, timeout_s: float, profile: str, logging: bool
 
 
 # The test files that take longest, longest first: seconds of one worker in `make test` on the course's 2-core
-# machine (pytest --durations=0, summed per file, December 2026): test_grading 690, test_site 480 (the book is
-# built), test_hub 250, test_selfcheck 215, test_verdicts 215, test_exercises 180, test_memory_check 175,
-# test_learner_loop 170, test_grading_scale 155, test_feedback 155, test_fitted_answers 130, test_lab 115,
-# test_similarity 90, test_closure 85; down to 15 s for the last named here, the others a few seconds each.
+# machine (pytest -v --durations=0, each file's span per worker, 3 December 2026): test_grading 736, test_site 504
+# (the book is built), test_hub 217, test_exercises 207, test_selfcheck 180, test_grading_scale 162,
+# test_memory_check 239 and test_learner_loop 201 before their in-process runs of the worked solution and the
+# correct styles were left to test_verdicts (about 170 and 110 after), test_feedback 163, test_verdicts 135,
+# test_lab 111, test_closure 72, test_similarity 69, test_orphans 56, test_forkserver 52; down to 15 s for the
+# last named here, the others a few seconds each.
 # `make test` hands whole files to two workers in this order (pytest-xdist's --dist loadfile
 # --no-loadscope-reorder), and gives a worker its next file a little before it ends the current one: with the
 # long files first and only short ones left at the end, neither worker waits long for the other (a 90 s file
 # left among the last ones kept a core idle for a minute and a half).
-LONGEST_FIRST = ["test_grading.py", "test_site.py", "test_hub.py", "test_selfcheck.py", "test_verdicts.py",
-                 "test_exercises.py", "test_memory_check.py", "test_learner_loop.py", "test_grading_scale.py",
-                 "test_feedback.py", "test_fitted_answers.py", "test_lab.py", "test_similarity.py", "test_closure.py",
-                 "test_orphans.py", "test_forkserver.py", "test_instructor_walkthrough.py",
+LONGEST_FIRST = ["test_grading.py", "test_site.py", "test_hub.py", "test_exercises.py", "test_selfcheck.py",
+                 "test_memory_check.py", "test_grading_scale.py", "test_feedback.py", "test_verdicts.py",
+                 "test_learner_loop.py", "test_lab.py", "test_closure.py", "test_similarity.py", "test_orphans.py",
+                 "test_forkserver.py", "test_fitted_answers.py", "test_instructor_walkthrough.py",
                  "test_submission_files.py", "test_secret_inputs.py", "test_scan_policy.py", "test_system_deps.py",
                  "test_scaling.py", "test_parallel_execute.py", "test_withheld.py", "test_one_pass.py",
                  "test_checking.py"]

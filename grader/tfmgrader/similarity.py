@@ -1188,7 +1188,61 @@ def submission_units(student: str, folder: Path, graded: list[str], instructor: 
 
 def cell_units(student: str, cells: list[str], graded_cells: list[str], graded: list[str]) -> dict[str, Unit]:
     """The graded functions ``graded_cells`` leave defined (the main unit of each), every other definition of them
-    in ``cells`` as its alternates."""
+    in ``cells`` as its alternates.  Kept on disk beside the course's references (``site_cache_dir()/submissions``),
+    keyed by everything they are computed from (``submission_key``): a notebook graded again, or analysed again with
+    its class, is not normalised again."""
+    key = submission_key(student, cells, graded_cells, graded)
+    path = site_cache_dir() / "submissions" / f"{key[:40]}.json"
+    try:
+        stored = json.loads(path.read_text())
+        if stored.get("key") == key:
+            return {name: _unit_from_json(fields) for name, fields in stored["units"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    units = compute_cell_units(student, cells, graded_cells, graded)
+    if all(_stored_as_json(u) for u in units.values()):
+        try:
+            from tfmgrader.files import write_json
+
+            write_json(path, {"key": key, "units": {name: _unit_to_json(u) for name, u in units.items()}})
+        except OSError:
+            pass        # a read-only home: computed again next time
+    return units
+
+
+def submission_key(student: str, cells: list[str], graded_cells: list[str], graded: list[str]) -> str:
+    """A digest of everything ``compute_cell_units`` reads: the student's id (the units' label), the cells, the
+    graded functions and their contracts, and the code that normalises."""
+    payload = json.dumps([student, cells, graded_cells, graded, [CONTRACTS.get(g) for g in graded]])
+    digest = _normaliser_digest("submission units\n")
+    digest.update(payload.encode())      # json.dumps writes ASCII
+    return digest.hexdigest()
+
+
+_UNIT_JSON = {"label": str, "kind": str, "function": str, "source": str, "normalised": str, "orphan": bool,
+              "pooled": bool, "indirect": bool}    # what compute_cell_units sets; the rest is set by analyse
+
+
+def _stored_as_json(unit: Unit) -> bool:
+    """Whether ``unit`` (and its alternates) hold only the fields ``_UNIT_JSON`` keeps."""
+    return (unit.fingerprint is None and unit.encoded == "" and unit.size == 0 and unit.spans == []
+            and all(_stored_as_json(a) and not a.alternates for a in unit.alternates))
+
+
+def _unit_to_json(unit: Unit) -> dict:
+    fields = {name: getattr(unit, name) for name in _UNIT_JSON}
+    return {**fields, "alternates": [_unit_to_json(a) for a in unit.alternates]}
+
+
+def _unit_from_json(fields: dict) -> Unit:
+    """A Unit from ``_unit_to_json``'s dict; a field of the wrong type raises TypeError (the file is not used)."""
+    if set(fields) != {*_UNIT_JSON, "alternates"} or not all(type(fields[n]) is t for n, t in _UNIT_JSON.items()):
+        raise TypeError("not a stored unit")
+    return Unit(**{n: fields[n] for n in _UNIT_JSON}, alternates=[_unit_from_json(a) for a in fields["alternates"]])
+
+
+def compute_cell_units(student: str, cells: list[str], graded_cells: list[str], graded: list[str]) -> dict[str, Unit]:
+    """``cell_units`` without the disk."""
     try:
         units = function_units(student, "student", graded_cells, graded)
         for name, alternates in alternate_units(student, cells, graded, units).items():

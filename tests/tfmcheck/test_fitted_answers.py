@@ -4,7 +4,8 @@
    to be 2, a hard-coded number of heads, steps or features, the visible expected tensor returned as a literal, a
    mask built for the visible n only, no output projection where the visible weights were the identity, ...).
    Each must fail nbgrader's Validate, i.e. a visible test of the released notebook, with a message; every correct
-   style of grader/fixtures/styles/ must still pass it, and the hidden tests too.
+   style of grader/fixtures/styles/ must still pass it, and the hidden tests too (checked, for every style, by
+   tests/tfmcheck/test_verdicts.py).
 2. Fix first: when the function a test checks is right but a learner function it is built on is wrong on the
    test's inputs, the failure says so and names the function to fix first; it never names a dependency that is
    right on those inputs.
@@ -189,22 +190,8 @@ def test_a_fitted_answer_fails_validate_with_a_message(name):
     assert message, f"{name}: {type(failed[hit[0]]).__name__} without a message"
 
 
-STYLE_CASES = [(a, s) for a, styles in STYLES.items() for s in styles]
-
-
-@pytest.mark.parametrize("assignment,style", STYLE_CASES, ids=[f"{a}-{s}" for a, s in STYLE_CASES])
-def test_every_correct_style_passes_validate(assignment, style):
-    assert validate(assignment, answers=STYLES[assignment][style]) == []
-
-
-@pytest.mark.parametrize("assignment,style", STYLE_CASES, ids=[f"{a}-{s}" for a, s in STYLE_CASES])
-def test_every_correct_style_passes_the_hidden_tests(assignment, style):
-    """The whole solution notebook, hidden tests included (as graded), with the style's answers."""
-    submission = make_submission(assignment, [])
-    for cell in submission.cells:
-        if _nbg(cell).get("solution") and _nbg(cell)["grade_id"] in STYLES[assignment][style]:
-            cell.source = STYLES[assignment][style][_nbg(cell)["grade_id"]]
-    assert run_cells(submission) == []
+# Every correct style passes the visible tests (Validate) and the hidden ones: tests/tfmcheck/test_verdicts.py runs each
+# style of grader/fixtures/styles there and as graded, and fails on any test cell a correct style does not pass.
 
 
 @pytest.mark.parametrize("assignment", sorted(STYLES))

@@ -2,9 +2,12 @@
 
 Every named mistake of the catalogue (tests/tfmcheck/test_feedback.py's WRONG) is made in turn in one namespace, the way a
 learner works through an exercise: the answer cell is edited and re-run, the failing test cell is re-run first, then
-every test cell; the mistake is fixed (sometimes with a test run, sometimes straight into the next mistake).  Each
-test cell's message must be the one the same answer gets in a fresh kernel (Run All, as Validate and `make check`
-run it): the diagnosis must depend on the functions as they are now, not on results of versions that are gone.
+every test cell that can reach the wrong function; the mistake is fixed (sometimes with a test run, sometimes straight
+into the next mistake).  Each test cell's message must be the one the same answer gets in a fresh kernel (Run All, as
+Validate and `make check` run it): the diagnosis must depend on the functions as they are now, not on results of
+versions that are gone.  The test cells that name neither the wrong function nor one built on it run the solution's
+code alone: every one of them runs once in the kernel, on the solution, before the first mistake (the rest would
+cost exercise 7's memory test, seconds, at every step).
 
 The notebooks are the learner's (the visible tests: hidden tests stripped) and run in this process, like
 tests/tfmcheck/test_feedback.py's run_cells: the feedback module sees the notebook's namespace exactly as in a kernel
@@ -17,7 +20,7 @@ import re
 import pytest
 
 from test_exercises import _nbg, make_submission
-from test_feedback import ASSIGNMENT, WRONG
+from test_feedback import ASSIGNMENT, WRONG, reaching
 
 from tfmcheck import feedback
 
@@ -59,6 +62,13 @@ def run(ns, cells):
     return results
 
 
+def reaching_tests(cells, function):
+    """The test cells among ``cells``, in order, that name ``function`` or a function built on it
+    (test_feedback.reaching)."""
+    reaches = reaching(function)
+    return [c for c in cells if c[2] and reaches.search(c[1])]
+
+
 def fresh_kernel(cells):
     """The outcomes of Run All in a new kernel; the one kernel's history is left as it was."""
     with feedback.separate_history():
@@ -80,7 +90,7 @@ def test_one_kernel_through_the_catalogue_gives_the_fresh_kernels_messages(assig
     ns = {"__name__": "__main__"}
     assert set(run(ns, solution).values()) == {"passed"}, "the solution fails a visible test"
     edited: dict[str, str] = {}  # grade_id -> source of the answer cells that differ from the solution
-    disagreements = []
+    disagreements, previous = [], None
     for i, (function, name) in enumerate(mistakes):
         wrong = learner_cells(make_submission(assignment, WRONG[(function, name)]))
         changed = {gid: src for (gid, src, _), (_, old, _) in zip(wrong, solution) if src != old}
@@ -90,14 +100,19 @@ def test_one_kernel_through_the_catalogue_gives_the_fresh_kernels_messages(assig
         fix_and_test = i % 2 == 1
         run(ns, [(gid, src, False) for gid, src, _ in solution if gid in edited and (fix_and_test or gid not in changed)])
         if fix_and_test:
-            assert set(run(ns, tests).values()) == {"passed"}, f"the fixed answer fails, before {name}"
+            fixed = reaching_tests(tests, previous)
+            assert set(run(ns, fixed).values()) == {"passed"}, f"the fixed answer fails, before {name}"
         run(ns, [(gid, src, False) for gid, src, _ in wrong if gid in changed])
-        edited = changed
-        expected = fresh_kernel(wrong)
+        edited, previous = changed, function
+        # The test cells that can reach the wrong function: the others run the solution's code alone and pass (the
+        # solution's run above, in this kernel); exercise 7's memory test would cost seconds per mistake.
+        reached = reaching_tests(tests, function)
+        expected = fresh_kernel([c for c in wrong if not c[2] or c in reached])
         # the learner's order: the first failing test cell alone (its message may use only what that cell saw of
-        # this version), then every test cell
-        first = [c for c in tests if expected[c[0]] != "passed"][:1]
-        got = [run(ns, first), run(ns, tests)]
+        # this version), then every test cell that can fail
+        first = [c for c in reached if expected[c[0]] != "passed"][:1]
+        assert first, f"{function}/{name} fails no visible test that names {function} or a function built on it"
+        got = [run(ns, first), run(ns, reached)]
         for attempt in got:
             for gid, seen in attempt.items():
                 if seen != expected[gid]:

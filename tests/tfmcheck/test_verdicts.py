@@ -13,9 +13,10 @@ Each submission runs three times in this process (exec of the cells in order, as
   learner's results are recorded (``check.recording``), then the trusted cells replayed on that trace by
   ``tfmgrader.verify.replay``; a test passes when it passed in the kernel and in the replay.
 The diagnosis that names a mistake is switched off here: it only rewrites the message of a failure already
-decided (grader/tfmcheck/feedback), so it cannot change a verdict and only costs time.  `make check` is run on its
-own only when a test cell drew from a global random generator; otherwise the grader's kernel run (the same cells,
-reseeded to no effect) stands for it.  One torch thread, as in the grading kernel: about 8 s of CPU in all.
+decided (grader/tfmcheck/feedback), so it cannot change a verdict and only costs time.  `make check` has a run of
+its own: the graded kernel only records the calls of the withheld tests (tfmcheck.withheld), so its run cannot stand
+for one that decides in the kernel.  A named mistake runs only the test cells that can reach the function it gets
+wrong (``touching``).  One torch thread, as in the grading kernel.
 """
 from __future__ import annotations
 
@@ -26,11 +27,10 @@ import pytest
 
 from fixtures.answers import STYLES
 from test_exercises import _nbg, _read, _source, make_submission
-from test_feedback import ASSIGNMENT, WRONG
+from test_feedback import ASSIGNMENT, WRONG, reaching
 
 from tfmcheck import checking as check
 from tfmcheck import feedback, trace
-from tfmcheck.standins import DEPENDS
 from tfmgrader.verify import replay
 
 HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", re.S)
@@ -111,11 +111,10 @@ def graded(cells, tmp_path):
 
 def touching(cells, function):
     """``cells`` without the test cells that can only reach the solution's own code when ``function`` is the one
-    mistake: those that name neither ``function`` nor a function built on it (``standins.DEPENDS``).  Each of them
+    mistake: those that name neither ``function`` nor a function built on it (``reaching``).  Each of them
     runs the solution's answers alone, and so reaches the solution's verdict, checked with the solution itself;
     exercise 7's memory test is the one that costs seconds, three runs for each of its ten mask mistakes."""
-    names = {function} | {d for d, deps in DEPENDS.items() if function in deps}
-    reaches = re.compile(r"\b(" + "|".join(sorted(names)) + r")\b")
+    reaches = reaching(function)
     return [(gid, src, kind) for gid, src, kind in cells if kind != "test" or reaches.search(src)]
 
 

@@ -161,6 +161,50 @@ def test_the_course_references_kept_on_disk_are_those_computed_and_follow_tfmlib
     assert sim.course_key(notebooks, graded) != key
 
 
+def test_a_submissions_units_kept_on_disk_are_those_computed_and_follow_its_cells(tmp_path, monkeypatch):
+    """A submission's units (main, alternates, pooled and orphan ones), kept between gradings: every field as
+    computed, read back without computing, and computed again when a cell, the graded functions or their contracts
+    change; a stored file that is not what the grader wrote is not used."""
+    import dataclasses
+    import json
+
+    monkeypatch.setenv("GRADER_SITE_CACHE", str(tmp_path / "cache"))
+    notebooks, graded, _refs = sim.references(ROOT, "03_self_attention")
+    cells = sim.notebook_cells(notebooks[0], instructor=set())
+    cells = [c for c in cells if "def " in c] + [
+        "def helper(s):\n    return torch.softmax(s, dim=-1)\n\n"
+        "def scaled_dot_product_attention(q, k, v, mask=None):\n    s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
+        "    if mask is not None:\n        s = s.masked_fill(~mask, float('-inf'))\n    w = helper(s)\n    return w @ v, w\n",
+        "def unused(x):\n    return x * 2\n"]
+    fresh = sim.compute_cell_units("s1", cells, cells[:-2], graded)
+    assert any(u.alternates for u in fresh.values()), "the test needs alternates"
+    as_dicts = lambda units: {n: dataclasses.asdict(u) for n, u in units.items()}   # noqa: E731
+    assert as_dicts(sim.cell_units("s1", cells, cells[:-2], graded)) == as_dicts(fresh)     # computed, then stored
+    (stored,) = (tmp_path / "cache" / "submissions").glob("*.json")
+    with monkeypatch.context() as m:
+        m.setattr(sim, "compute_cell_units", lambda *a: pytest.fail("the stored units were not read"))
+        assert as_dicts(sim.cell_units("s1", cells, cells[:-2], graded)) == as_dicts(fresh)   # read from disk
+    key = sim.submission_key("s1", cells, cells[:-2], graded)
+    assert len({key, sim.submission_key("s2", cells, cells[:-2], graded),
+                sim.submission_key("s1", cells[:-1], cells[:-2], graded),
+                sim.submission_key("s1", cells, cells[:-3], graded),
+                sim.submission_key("s1", cells, cells[:-2], graded[:1])}) == 5
+    with monkeypatch.context() as m:
+        m.setitem(sim.CONTRACTS, graded[0], 99)
+        assert sim.submission_key("s1", cells, cells[:-2], graded) != key
+    # a file changed on disk (a unit's field of the wrong type): computed again, and stored right
+    data = json.loads(stored.read_text())
+    name = next(iter(data["units"]))
+    data["units"][name]["orphan"] = "yes"
+    stored.write_text(json.dumps(data))
+    computed = []
+    real = sim.compute_cell_units
+    with monkeypatch.context() as m:
+        m.setattr(sim, "compute_cell_units", lambda *a: computed.append(1) or real(*a))
+        assert as_dicts(sim.cell_units("s1", cells, cells[:-2], graded)) == as_dicts(fresh)
+    assert computed == [1] and json.loads(stored.read_text())["units"][name]["orphan"] is False
+
+
 ISSUE_32 = {   # the four copies of issue 32, written again by hand: (assignment, name in disguised/index.json)
     "split into lines, two unused statements": ("03_self_attention", "sdpa-split-two-unused"),
     "while loop, renamed state, independent lines swapped": ("07_efficiency", "blockwise-tfmlib-while"),
