@@ -1201,13 +1201,18 @@ def cell_units(student: str, cells: list[str], graded_cells: list[str], graded: 
         pass
     units = compute_cell_units(student, cells, graded_cells, graded)
     if all(_stored_as_json(u) for u in units.values()):
-        try:
-            from tfmgrader.files import write_json
+        text = json.dumps({"key": key, "units": {name: _unit_to_json(u) for name, u in units.items()}})
+        if len(text) <= STORED_UNITS_MAX_CHARS:
+            try:
+                from tfmgrader.files import write_atomic
 
-            write_json(path, {"key": key, "units": {name: _unit_to_json(u) for name, u in units.items()}})
-        except OSError:
-            pass        # a read-only home: computed again next time
+                write_atomic(path, text)
+            except OSError:
+                pass        # a read-only home: computed again next time
     return units
+
+
+STORED_UNITS_MAX_CHARS = 1_000_000   # a submission's units are a few kB; a notebook of megabytes of code is not kept
 
 
 def submission_key(student: str, cells: list[str], graded_cells: list[str], graded: list[str]) -> str:

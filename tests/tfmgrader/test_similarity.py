@@ -203,6 +203,11 @@ def test_a_submissions_units_kept_on_disk_are_those_computed_and_follow_its_cell
         m.setattr(sim, "compute_cell_units", lambda *a: computed.append(1) or real(*a))
         assert as_dicts(sim.cell_units("s1", cells, cells[:-2], graded)) == as_dicts(fresh)
     assert computed == [1] and json.loads(stored.read_text())["units"][name]["orphan"] is False
+    # units larger than the limit are computed and not kept
+    monkeypatch.setattr(sim, "STORED_UNITS_MAX_CHARS", len(stored.read_text()) - 1)
+    assert as_dicts(sim.cell_units("s3", cells, cells[:-2], graded)) == as_dicts(sim.compute_cell_units(
+        "s3", cells, cells[:-2], graded))
+    assert len(list((tmp_path / "cache" / "submissions").glob("*.json"))) == 1
 
 
 ISSUE_32 = {   # the four copies of issue 32, written again by hand: (assignment, name in disguised/index.json)
