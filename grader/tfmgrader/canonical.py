@@ -615,7 +615,7 @@ def _only_pass(body: list) -> bool:
     return all(isinstance(s, ast.Pass) for s in body)
 
 
-def _unwrap(body: list[ast.stmt]) -> bool:
+def _unwrap(body: list[ast.stmt], loads: dict[str, int] | None = None) -> bool:
     """Blocks that wrap code without changing what it computes, opened in place (round 25 padded a copy with
     ``try: pass / except Exception: pass`` before every statement): a ``try`` whose handlers only pass, a
     ``with``, an ``if`` on a constant, a loop over nothing (``for _ in ()``, ``while False``); a block left with
@@ -632,8 +632,10 @@ def _unwrap(body: list[ast.stmt]) -> bool:
             out += [t for t in s.orelse if not isinstance(t, ast.Pass)]
         elif isinstance(s, ast.While) and isinstance(s.test, ast.Constant) and not s.test.value:
             out += [t for t in s.orelse if not isinstance(t, ast.Pass)]
-        elif isinstance(s, (ast.For, ast.AsyncFor, ast.While, ast.If)) and _only_pass(s.body) and _only_pass(s.orelse):
-            pass                                   # a loop or branch that does nothing
+        elif isinstance(s, (ast.For, ast.AsyncFor, ast.While, ast.If)) and _only_pass(s.body) and _only_pass(s.orelse) \
+                and not any(isinstance(n, ast.NamedExpr) for n in ast.walk(s)) and not (
+                    isinstance(s, (ast.For, ast.AsyncFor)) and (loads is None or _writes(s.target) & set(loads))):
+            pass                                   # a loop or branch that does nothing (and binds nothing read)
         else:
             out.append(s)
             continue
@@ -641,6 +643,193 @@ def _unwrap(body: list[ast.stmt]) -> bool:
     if changed:
         body[:] = out or [ast.Pass()]
     return changed
+
+
+def _assign(target: ast.expr, value: ast.expr) -> ast.Assign:
+    target = copy.deepcopy(target)
+    for n in ast.walk(target):
+        if isinstance(n, (ast.Name, ast.Tuple, ast.List, ast.Starred, ast.Attribute, ast.Subscript)):
+            n.ctx = ast.Store()
+    for n in ast.walk(target):          # only the outermost targets store; what they index is read
+        if isinstance(n, (ast.Attribute, ast.Subscript)):
+            for sub in ast.walk(n.value):
+                if hasattr(sub, "ctx"):
+                    sub.ctx = ast.Load()
+            if isinstance(n, ast.Subscript):
+                for sub in ast.walk(n.slice):
+                    if hasattr(sub, "ctx"):
+                        sub.ctx = ast.Load()
+    return ast.Assign([target], value, lineno=0)
+
+
+def _leaves_loop(loop: ast.AST) -> bool:
+    """A ``break`` or ``continue`` of ``loop`` itself (not of a loop or function nested in it)."""
+    stack = list(loop.body)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (ast.Break, ast.Continue)):
+            return True
+        if isinstance(n, (ast.For, ast.AsyncFor, ast.While)):
+            stack += n.orelse                     # a nested loop's else belongs to this loop
+        elif not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack += ast.iter_child_nodes(n)
+    return False
+
+
+def _entered(expr: ast.expr) -> ast.expr:
+    """What ``with expr as x`` binds, where the code says: ``nullcontext(v)`` binds ``v``."""
+    if isinstance(expr, ast.Call) and dotted(expr.func) in ("contextlib.nullcontext", "nullcontext") \
+            and len(expr.args) == 1 and not expr.keywords:
+        return expr.args[0]
+    return expr
+
+
+class _Walrus(ast.NodeTransformer):
+    """Assignment expressions that always run, taken out of an expression in the order Python runs them (not
+    those in a lambda, a comprehension, a branch of ``x if c else y`` or after the first operand of ``and``/``or``,
+    which may not run)."""
+
+    def __init__(self):
+        self.hoisted: list[ast.stmt] = []
+
+    def visit_NamedExpr(self, node):
+        value = self.visit(node.value)
+        self.hoisted.append(_assign(node.target, value))
+        return ast.Name(node.target.id, ast.Load())
+
+    def _first_only(self, node):
+        return node
+
+    visit_Lambda = visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _first_only
+
+    def visit_IfExp(self, node):
+        node.test = self.visit(node.test)
+        return node
+
+    def visit_BoolOp(self, node):
+        node.values[0] = self.visit(node.values[0])
+        return node
+
+
+def _picked(expr: ast.expr) -> ast.expr:
+    """``(a, b, c)[-1]`` as ``c`` where the other items are names or constants (what is left of a chain of assignment
+    expressions once they are taken out)."""
+    index = expr.slice if isinstance(expr, ast.Subscript) else None
+    if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub) and isinstance(index.operand, ast.Constant):
+        index = ast.Constant(-index.operand.value) if type(index.operand.value) is int else None
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, (ast.Tuple, ast.List)) and \
+            isinstance(index, ast.Constant) and type(index.value) is int:
+        items, i = expr.value.elts, index.value
+        if -len(items) <= i < len(items) and not any(isinstance(e, ast.Starred) for e in items) and \
+                all(isinstance(e, (ast.Name, ast.Constant)) for j, e in enumerate(items) if j != i % len(items)):
+            return items[i]
+    return expr
+
+
+def _negated(test: ast.expr) -> ast.expr:
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return test.operand
+    flip = {ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in flip:
+        return ast.Compare(test.left, [flip[type(test.ops[0])]()], test.comparators)
+    return ast.UnaryOp(ast.Not(), test)
+
+
+def _kept_unless(s: ast.stmt) -> ast.If | None:
+    """``x = a if c else x`` (or ``x = x if c else a``) as the ``if`` it is, when ``c`` does not read ``x`` (``x =
+    d if x is None else x`` is the one spelling of a default, ``Spellings.visit_If``)."""
+    if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
+            and isinstance(s.value, ast.IfExp)) or s.targets[0].id in _reads(s.value.test):
+        return None
+    x, e = s.targets[0].id, s.value
+    if isinstance(e.orelse, ast.Name) and e.orelse.id == x:
+        return ast.If(e.test, [_assign(s.targets[0], e.body)], [])
+    if isinstance(e.body, ast.Name) and e.body.id == x:
+        return ast.If(_negated(e.test), [_assign(s.targets[0], e.orelse)], [])
+    return None
+
+
+def _as_assignments(body: list[ast.stmt], function: bool) -> bool:
+    """Binding forms read as the assignments they are (red-team round 35 wrote every assignment of a copy as one of
+    them): ``for x in [v]: ...`` (one element, no ``break`` or ``continue``), a ``match v:`` whose first case is a
+    capture or the wildcard (``case x:``), ``with v as x:``, an assignment expression ``x := v`` that always runs,
+    ``x = a if c else x`` as ``if c: x = a`` (two such ``if``s on one condition in a row as one), and, in a
+    function, ``f = lambda a: e`` as ``def f(a): return e``."""
+    out, changed, queue = [], False, list(reversed(body))
+    while queue:
+        s = queue.pop()
+        walrus = _Walrus()
+        if isinstance(s, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr)) and s.value is not None:
+            s.value = walrus.visit(s.value)
+        elif isinstance(s, ast.If):
+            s.test = walrus.visit(s.test)
+        elif isinstance(s, ast.For):
+            s.iter = walrus.visit(s.iter)
+        if walrus.hoisted:
+            changed = True
+            if isinstance(s, (ast.Assign, ast.Return)) and s.value is not None:
+                s.value = _picked(s.value)
+            keep = [] if isinstance(s, ast.Expr) and isinstance(s.value, ast.Name) else [s]   # ``(x := v)`` alone
+            queue += reversed(walrus.hoisted + keep)    # read again: a hoisted ``x = a if c else x`` is an ``if``
+            continue
+        if isinstance(s, ast.For) and isinstance(s.iter, (ast.List, ast.Tuple)) and len(s.iter.elts) == 1 \
+                and not isinstance(s.iter.elts[0], ast.Starred) and not _leaves_loop(s):
+            out += [_assign(s.target, s.iter.elts[0]), *s.body, *s.orelse]
+        elif isinstance(s, ast.Match) and s.cases and s.cases[0].guard is None \
+                and isinstance(s.cases[0].pattern, ast.MatchAs) and s.cases[0].pattern.pattern is None:
+            name = s.cases[0].pattern.name
+            out += [_assign(ast.Name(name, ast.Store()), s.subject) if name else ast.Expr(s.subject),
+                    *s.cases[0].body]
+        elif isinstance(s, ast.With) and any(i.optional_vars is not None for i in s.items):
+            out += [_assign(i.optional_vars, _entered(i.context_expr)) if i.optional_vars is not None
+                    else ast.Expr(i.context_expr) for i in s.items] + s.body
+        elif _kept_unless(s) is not None:
+            out.append(_kept_unless(s))            # x = a if c else x  ->  if c: x = a
+        elif isinstance(s, ast.If) and not s.orelse and out and isinstance(out[-1], ast.If) and not out[-1].orelse \
+                and ast.dump(out[-1].test) == ast.dump(s.test) and not _reads(s.test) & _writes(out[-1]):
+            out[-1].body += s.body                 # if c: a / if c: b  ->  if c: a; b
+        elif function and isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) \
+                and isinstance(s.value, ast.Lambda):
+            out.append(ast.FunctionDef(s.targets[0].id, s.value.args, [ast.Return(s.value.body)], [], None,
+                                       lineno=0))
+        else:
+            out.append(s)
+            continue
+        changed = True
+    if changed:
+        body[:] = out or [ast.Pass()]
+    return changed
+
+
+class _Applied(ast.NodeTransformer):
+    """A lambda called where it is written, ``(lambda a, b: a @ b)(x, y)``, read as its body on the arguments
+    (red-team round 35)."""
+
+    changed = False
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        f = node.func
+        if not isinstance(f, ast.Lambda):
+            return node
+        a = f.args
+        if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or len(node.args) > len(a.args) or \
+                any(isinstance(x, ast.Starred) for x in node.args) or any(k.arg is None for k in node.keywords):
+            return node
+        params = [p.arg for p in a.args]
+        bound = dict(zip(params, node.args))
+        for k in node.keywords:
+            if k.arg not in params or k.arg in bound:
+                return node
+            bound[k.arg] = k.value
+        defaults = dict(zip(params[len(params) - len(a.defaults):], a.defaults))
+        if any(p not in bound and p not in defaults for p in params):
+            return node
+        body = _Replace({p: bound.get(p, defaults.get(p)) for p in params}).visit(copy.deepcopy(f.body))
+        if _size(body) > MAX_COPIED:
+            return node
+        self.changed = True
+        return body
 
 
 def _loads_stores(tree: ast.AST) -> tuple[dict[str, int], dict[str, int]]:
@@ -960,7 +1149,9 @@ def _drop_dead(func: ast.AST, keep: set[str], useless_only: bool = False) -> boo
             dead = _useless(s) or (not useless_only and
                 isinstance(s, ast.Assign) and all(isinstance(t, (ast.Name, ast.Tuple)) for t in s.targets) and all(
                     isinstance(n, ast.Name) and n.id not in keep and not loads.get(n.id)
-                    for t in s.targets for n in ast.walk(t) if isinstance(n, ast.Name)))
+                    for t in s.targets for n in ast.walk(t) if isinstance(n, ast.Name))) or (
+                not useless_only and isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and not s.decorator_list and s.name not in keep and not loads.get(s.name))   # a nested def unused
             if not dead:
                 kept.append(s)
         if len(kept) != len(body):
@@ -1155,8 +1346,14 @@ def simplify_function(func: ast.FunctionDef | ast.Module) -> None:
     params = set() if module else {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)}
     for _ in range(MAX_ROUNDS):
         changed = _drop_dead(func, set(), module)
+        applied = _Applied()
+        applied.visit(func)
+        changed |= applied.changed
         for _, _, body in list(_blocks(func)):
-            changed |= _unwrap(body)
+            changed |= _as_assignments(body, not module)
+        loads, _ = _loads_stores(func)
+        for _, _, body in list(_blocks(func)):
+            changed |= _unwrap(body, loads)
             changed |= _shape_unpack(body)
             changed |= _while_to_for(body, func)
             changed |= _merge_reassignments(body)
@@ -1258,15 +1455,23 @@ class _Inliner:
         return hoisted + [stmt]
 
     def function(self, func: ast.FunctionDef) -> bool:
-        before = self.count
-        for _, _, body in list(_blocks(func)):
-            new = []
-            for s in body:
-                new.extend(self.statement(s, func.name))
-                if len(new) > MAX_INLINED_STATEMENTS:
-                    return self.count != before
-            body[:] = new
-        return self.count != before
+        """Calls in ``func`` inlined: of the helpers given, and of the functions ``func`` itself defines once
+        (red-team round 35 moved each step of a copy into a nested helper or a lambda bound to a name)."""
+        before, outer = self.count, self.defs
+        _, stores = _loads_stores(func)
+        self.defs = {**outer, **{d.name: d for d in ast.walk(func) if isinstance(d, ast.FunctionDef)
+                                 and d is not func and stores.get(d.name) == 1 and _inlinable(d)}}
+        try:
+            for _, _, body in list(_blocks(func)):
+                new = []
+                for s in body:
+                    new.extend(self.statement(s, func.name))
+                    if len(new) > MAX_INLINED_STATEMENTS:
+                        return self.count != before
+                body[:] = new
+            return self.count != before
+        finally:
+            self.defs = outer
 
 
 class _Fold(ast.NodeTransformer):

@@ -1199,7 +1199,9 @@ def cell_units(student: str, cells: list[str], graded_cells: list[str], graded: 
             return {name: _unit_from_json(fields) for name, fields in stored["units"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
-    units = compute_cell_units(student, cells, graded_cells, graded)
+    units = _units_or_none(student, cells, graded_cells, graded)
+    if units is None:
+        return {}           # not kept: a failure to read (deep nesting, memory) may not happen next time
     if all(_stored_as_json(u) for u in units.values()):
         text = json.dumps({"key": key, "units": {name: _unit_to_json(u) for name, u in units.items()}})
         if len(text) <= STORED_UNITS_MAX_CHARS:
@@ -1247,7 +1249,13 @@ def _unit_from_json(fields: dict) -> Unit:
 
 
 def compute_cell_units(student: str, cells: list[str], graded_cells: list[str], graded: list[str]) -> dict[str, Unit]:
-    """``cell_units`` without the disk."""
+    """``cell_units`` without the disk: no units where the code cannot be read (a scored notebook is then flagged)."""
+    units = _units_or_none(student, cells, graded_cells, graded)
+    return {} if units is None else units
+
+
+def _units_or_none(student: str, cells: list[str], graded_cells: list[str],
+                   graded: list[str]) -> dict[str, Unit] | None:
     try:
         units = function_units(student, "student", graded_cells, graded)
         for name, alternates in alternate_units(student, cells, graded, units).items():
@@ -1258,7 +1266,7 @@ def compute_cell_units(student: str, cells: list[str], graded_cells: list[str], 
                 units[name].alternates = alternates[1:]
         return units
     except (RecursionError, MemoryError, ValueError, SyntaxError):
-        return {}
+        return None
 
 
 def analyse_class(course: Path, assignment: str, students: list[str], submitted: Path,
