@@ -813,25 +813,42 @@ def stored_site_units(book: Path) -> list[tuple[str, str, str, str, str]]:
 
 
 def _stored_units(name: str, key: str, compute) -> list[tuple[str, str, str, str, str]]:
-    """Units as (label, kind, function, source, normalised) tuples, read from ``site_cache_dir()/<name>-<key>.json``
-    when its key matches, else ``compute()``d and stored there (written to a temporary file and renamed: two
-    batches starting at once never read half a file)."""
-    path = site_cache_dir() / f"{name}-{key[:32]}.json"
+    """Units as (label, kind, function, source, normalised) tuples, kept in ``site_cache_dir()/<name>-<key>.json``
+    (``_kept_on_disk``)."""
+    def decode(units):
+        if not all(isinstance(u, list) and len(u) == 5 and all(isinstance(x, str) for x in u) for u in units):
+            raise TypeError("not stored units")
+        return [tuple(u) for u in units]
+
+    return _kept_on_disk(site_cache_dir() / f"{name}-{key[:32]}.json", key, decode,
+                         lambda: [(u.label, u.kind, u.function, u.source, u.normalised) for u in compute()],
+                         lambda units: units)
+
+
+def _kept_on_disk(path: Path, key: str, decode, compute, encode, max_chars: int | None = None):
+    """``decode(units)`` of the JSON file at ``path`` when its key is ``key`` (``decode`` raises TypeError or
+    ValueError on anything but what ``encode`` wrote: the value is then computed again); else ``compute()``, kept
+    there as ``encode(value)`` unless that is None or the file would be longer than ``max_chars`` (written to a
+    temporary file and renamed: two batches starting at once never read half a file; a read-only home is no
+    error, the next process computes it again)."""
     try:
         stored = json.loads(path.read_text())
-        if stored.get("key") == key and all(isinstance(u, list) and len(u) == 5 and all(isinstance(x, str) for x in u)
-                                            for u in stored["units"]):
-            return [tuple(u) for u in stored["units"]]
+        if stored.get("key") == key:
+            return decode(stored["units"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
-    units = [(u.label, u.kind, u.function, u.source, u.normalised) for u in compute()]
-    try:
-        from tfmgrader.files import write_json
+    value = compute()
+    payload = encode(value)
+    if payload is not None:
+        text = json.dumps({"key": key, "units": payload})
+        if max_chars is None or len(text) <= max_chars:
+            try:
+                from tfmgrader.files import write_atomic
 
-        write_json(path, {"key": key, "units": units})
-    except OSError:
-        pass        # a read-only home: the units are computed again by the next process
-    return units
+                write_atomic(path, text)
+            except OSError:
+                pass
+    return value
 
 
 def course_key(solution_notebooks: list[Path], graded: list[str]) -> str:
@@ -1192,26 +1209,16 @@ def cell_units(student: str, cells: list[str], graded_cells: list[str], graded: 
     keyed by everything they are computed from (``submission_key``): a notebook graded again, or analysed again with
     its class, is not normalised again."""
     key = submission_key(student, cells, graded_cells, graded)
-    path = site_cache_dir() / "submissions" / f"{key[:40]}.json"
-    try:
-        stored = json.loads(path.read_text())
-        if stored.get("key") == key:
-            return {name: _unit_from_json(fields) for name, fields in stored["units"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
-    units = _units_or_none(student, cells, graded_cells, graded)
-    if units is None:
-        return {}           # not kept: a failure to read (deep nesting, memory) may not happen next time
-    if all(_stored_as_json(u) for u in units.values()):
-        text = json.dumps({"key": key, "units": {name: _unit_to_json(u) for name, u in units.items()}})
-        if len(text) <= STORED_UNITS_MAX_CHARS:
-            try:
-                from tfmgrader.files import write_atomic
-
-                write_atomic(path, text)
-            except OSError:
-                pass        # a read-only home: computed again next time
-    return units
+    units = _kept_on_disk(
+        site_cache_dir() / "submissions" / f"{key[:40]}.json", key,
+        lambda stored: {name: _unit_from_json(fields) for name, fields in stored.items()},
+        lambda: _units_or_none(student, cells, graded_cells, graded),
+        # not kept: code that could not be read (deep nesting, memory) may be read next time; a unit with more
+        # fields than compute_cell_units sets
+        lambda units: None if units is None or not all(_stored_as_json(u) for u in units.values())
+        else {name: _unit_to_json(u) for name, u in units.items()},
+        STORED_UNITS_MAX_CHARS)
+    return {} if units is None else units
 
 
 STORED_UNITS_MAX_CHARS = 1_000_000   # a submission's units are a few kB; a notebook of megabytes of code is not kept
