@@ -668,6 +668,11 @@ class _Scope:
             return None
 
 
+def _constants_only(node: ast.AST) -> bool:
+    """Constants, and tuples of them: what ``Literal[...]`` may hold."""
+    return all(isinstance(n, (ast.Constant, ast.Tuple, ast.Load)) for n in ast.walk(node))
+
+
 class _Checker(ast.NodeVisitor):
     """Walks one learner cell; ``context`` is shared by every cell of the notebook."""
 
@@ -921,6 +926,7 @@ class _Checker(ast.NodeVisitor):
         for k, gen in enumerate(node.generators):
             if k:
                 self.visit(gen.iter)
+            self.visit(gen.target)      # a store like any other: `for obj.attr in ...` sets an attribute (round 36)
             for cond in gen.ifs:
                 self.visit(cond)
         for part in ("elt", "key", "value"):
@@ -1310,6 +1316,9 @@ class _Checker(ast.NodeVisitor):
     def visit_Subscript(self, node):
         if self.annotation_depth and self._is_literal(node.value):
             self.visit(node.value)       # Literal["mean", "sum"]: values, not annotations
+            if not _constants_only(node.slice):
+                self.flag(node, "writes something other than constants in Literal[...] (an annotation runs when its "
+                                "function is defined, and the scan reads Literal's arguments as values only)")
             return
         if isinstance(node.ctx, (ast.Store, ast.Del)):
             root = node

@@ -341,3 +341,72 @@ def test_a_cell_that_python_and_ipython_read_as_different_code_is_withheld(separ
     found = [f.reason for f in scan_cells({3: code}, SETUP, TESTS, {"f", "exec"})]
     assert any("IPython reads as a line break" in r for r in found), found
     assert not flags("def f(x):\n    return x  # a comment with no such character\n")
+
+
+# --- reachability: the scan looks at every part of the code it admits --------------------------------------
+_LITERAL = (ast.Constant, ast.Tuple, ast.Load)
+
+
+def _unvisited(code: str) -> list[str]:
+    """Expressions, statements and patterns of ``code`` that the scan's checker never visited, in the top-level
+    statements it did not flag (a flagged statement is withheld, whatever it holds); a subtree of constants only
+    (a docstring, ``Literal["a", "b"]``) does nothing and is not counted."""
+    seen, trees = set(), []
+    real_run, real_visit = scan._Checker.run, scan._Checker.visit
+
+    def run(self, tree):
+        trees.append(tree)
+        return real_run(self, tree)
+
+    def visit(self, node):
+        seen.add(id(node))
+        return real_visit(self, node)
+
+    scan._Checker.run, scan._Checker.visit = run, visit
+    try:
+        found = scan_cells({3: code}, SETUP, TESTS, {"f", "scaled_dot_product_attention"})
+    finally:
+        scan._Checker.run, scan._Checker.visit = real_run, real_visit
+    flagged = {f.line for f in found}
+    missed = []
+    for tree in trees:
+        for stmt in tree.body:
+            if flagged & set(range(stmt.lineno, stmt.end_lineno + 1)):
+                continue
+            for node in ast.walk(stmt):
+                if isinstance(node, (ast.expr, ast.stmt, ast.pattern)) and id(node) not in seen and not all(
+                        isinstance(n, _LITERAL) for n in ast.walk(node)):
+                    missed.append(f"line {node.lineno}: {type(node).__name__} {ast.unparse(node)[:60]!r}")
+    return missed
+
+
+def _reach_corpus():
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2] / "grader" / "fixtures"
+    return sorted([*root.glob("syntax/*.py"), *root.glob("styles/*/*/*.py"), *root.glob("attacks/*.ipy"),
+                   *root.glob("similarity_corpus/correct/*/*/*.py")])
+
+
+def test_the_scan_looks_at_every_part_of_what_it_admits():
+    """A closure argument rather than a list of recipes: for every top-level statement the scan does not flag,
+    every expression, statement and pattern in it reached the checker (red-team round 36 set attributes through a
+    comprehension's target, ``[1 for obj.attr in [v]]``, which the checker never visited; the same probe then found
+    ``Literal[...]`` in an annotation, whose arguments it skipped as strings while Python runs them).  The corpus:
+    a file of every syntax form (grader/fixtures/syntax), the correct styles, the independent answers of the
+    similarity corpus and the attack suite."""
+    corpus = _reach_corpus()
+    assert len(corpus) > 150, len(corpus)
+    misses = {p.name: m for p in corpus if (m := _unvisited(p.read_text()))}
+    assert not misses, misses
+
+
+@pytest.mark.parametrize("code", [
+    "x = [1 for w._module in [None]]",
+    "x = {1 for torch.nn.functional.softmax in [None]}",
+    "x = list(1 for a[0] in [None])",
+    "from typing import Literal\ndef f(q, how: Literal[[1 for w._module in [None]]] = 1):\n    return q\n",
+    "from typing import Literal\ndef f(q, how: Literal[torch.nn.functional.scaled_dot_product_attention] = 1):\n"
+    "    return q\n",
+])
+def test_stores_in_comprehension_targets_and_code_in_literal_are_flagged(code):
+    assert flags(code), code
