@@ -243,6 +243,141 @@ def _single_swap(values: list) -> tuple[int, int] | None:
     return (moved[0], moved[1]) if len(moved) == 2 else None
 
 
+ALIASED_ROOTS = {"torch", "numpy", "math", "functools"}
+
+
+def module_aliases(trees: list[ast.AST]) -> dict[str, str]:
+    """``{name: dotted path}`` for the names a notebook's cells give to PyTorch, NumPy, math and functools or to
+    what they hold (round 36: ``import torch as pt``, ``from torch import softmax``, ``T = torch.Tensor`` at the
+    top level), each bound once, that way only; the usual ones (``F``, ``np``, ``nn``, ``torch`` ...) are read
+    as they are written."""
+    found: dict[str, str] = {}
+    bound: dict[str, int] = {}
+    for tree in trees:
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for a in node.names:
+                    names.append(a.asname or a.name.split(".")[0])
+                    path = a.name if isinstance(node, ast.Import) else f"{node.module}.{a.name}"
+                    if (a.asname or isinstance(node, ast.ImportFrom)) and node.__dict__.get("level", 0) == 0 \
+                            and path.split(".")[0] in ALIASED_ROOTS and a.name != "*":
+                        found[a.asname or a.name] = path
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.append(node.id)
+            elif isinstance(node, ast.arg):
+                names.append(node.arg)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.append(node.name)
+            for n in names:
+                bound[n] = bound.get(n, 0) + 1
+        for node in getattr(tree, "body", []):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                path = dotted(node.value)
+                if path is not None and path.split(".")[0] in ALIASED_ROOTS and "." in path:
+                    found[node.targets[0].id] = path
+    return {n: p for n, p in found.items() if bound.get(n) == 1 and n not in MODULES and n != p}
+
+
+class Aliased(ast.NodeTransformer):
+    """Every read of a name ``module_aliases`` found written as the path it stands for."""
+
+    def __init__(self, aliases: dict[str, str]):
+        self.aliases = aliases
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load) and node.id in self.aliases:
+            return ast.parse(self.aliases[node.id], mode="eval").body
+        return node
+
+
+def _resolved_call(node: ast.Call) -> ast.Call:
+    """The call written directly (red-team round 36): literal ``*(a, b)`` and ``**{"k": v}`` spread into
+    arguments, ``functools.partial(f, a)(b)`` as ``f(a, b)``, ``torch.Tensor.f(x, a)`` as ``x.f(a)``; else
+    ``node`` itself."""
+    args, kw, spread = [], [], False
+    for a in node.args:
+        if isinstance(a, ast.Starred) and isinstance(a.value, (ast.Tuple, ast.List)) \
+                and not any(isinstance(e, ast.Starred) for e in a.value.elts):
+            args += a.value.elts
+            spread = True
+        else:
+            args.append(a)
+    for k in node.keywords:
+        d = k.value
+        if k.arg is None and isinstance(d, ast.Dict) and all(
+                isinstance(x, ast.Constant) and isinstance(x.value, str) and x.value.isidentifier() for x in d.keys):
+            kw += [ast.keyword(x.value, v) for x, v in zip(d.keys, d.values)]
+            spread = True
+        else:
+            kw.append(k)
+    if spread:
+        return ast.Call(node.func, args, kw)
+    inner = node.func
+    if isinstance(inner, ast.Call) and dotted(inner.func) in ("functools.partial", "partial") and inner.args:
+        return ast.Call(inner.args[0], inner.args[1:] + node.args, inner.keywords + node.keywords)
+    name = dotted(node.func)
+    if name is not None and name.startswith("torch.Tensor.") and name.count(".") == 2 and node.args \
+            and not isinstance(node.args[0], ast.Starred):
+        return ast.Call(ast.Attribute(node.args[0], name.split(".")[2], ast.Load()), node.args[1:], node.keywords)
+    return node
+
+
+_SIGNATURES: dict = {}
+# constructors PyTorch's table leaves out (they take no tensor): their leading parameters
+FACTORIES = {"torch.full": ["size", "fill_value"], "torch.zeros": ["size"], "torch.ones": ["size"],
+             "torch.empty": ["size"], "torch.rand": ["size"], "torch.randn": ["size"], "torch.tensor": ["data"],
+             "torch.as_tensor": ["data"], "torch.full_like": ["input", "fill_value"], "torch.zeros_like": ["input"],
+             "torch.ones_like": ["input"], "torch.empty_like": ["input"]}
+
+
+def _parameters(name: str | None, method: str | None) -> list[str] | None:
+    """The positional parameters of ``torch.<fn>`` (``name``) or of the tensor method ``method``, in order, from
+    PyTorch's own table of signatures (``torch.overrides.get_testing_overrides``); None if unknown."""
+    key = (name, method)
+    if key not in _SIGNATURES:
+        _SIGNATURES[key] = None
+        try:
+            import inspect
+
+            import torch
+
+            if not _SIGNATURES.get("table"):
+                _SIGNATURES["table"] = torch.overrides.get_testing_overrides()
+            target = getattr(torch.Tensor, method, None) if method else \
+                getattr(torch, name.split(".", 1)[1], None) if name and name.count(".") == 1 else None
+            fake = _SIGNATURES["table"].get(target)
+            if fake is None and not method and name in FACTORIES:
+                _SIGNATURES[key] = FACTORIES[name]
+            elif fake is not None:
+                params = list(inspect.signature(fake).parameters.values())
+                _SIGNATURES[key] = [p.name for p in params if p.kind == p.POSITIONAL_OR_KEYWORD][1 if method else 0:]
+        except Exception:  # noqa: BLE001 - no table: keywords stay keywords
+            pass
+    return _SIGNATURES[key]
+
+
+def _keywords_by_position(node: ast.Call, name: str | None) -> None:
+    """A PyTorch function's or tensor method's parameters given by keyword, given by position as far as the
+    order allows (round 36: ``torch.matmul(q, other=k)``, ``x.transpose(dim0=-2, dim1=-1)``); ``keepdim``
+    stays a keyword (its one spelling, ``KEEPDIM_SECOND``)."""
+    if not node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+        return
+    method = node.func.attr if isinstance(node.func, ast.Attribute) and not (
+        name is not None and name.split(".")[0] in MODULES) else None
+    if method is None and not (name is not None and name.startswith("torch.") and name.count(".") == 1):
+        return
+    params = _parameters(name, method)
+    if not params:
+        return
+    by_name = {k.arg: k for k in node.keywords}
+    while len(node.args) < len(params) and params[len(node.args)] in by_name \
+            and params[len(node.args)] != "keepdim":
+        k = by_name.pop(params[len(node.args)])
+        node.args.append(k.value)
+        node.keywords.remove(k)
+
+
 class Spellings(ast.NodeTransformer):
     """One spelling for operations that compute the same (see the module's docstring)."""
 
@@ -295,6 +430,9 @@ class Spellings(ast.NodeTransformer):
 
     def visit_UnaryOp(self, node):
         self.generic_visit(node)
+        if isinstance(node.op, ast.Not) and isinstance(node.operand, ast.Compare) and len(node.operand.ops) == 1 \
+                and isinstance(node.operand.ops[0], (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)):
+            return self.visit_Compare(_negated(node.operand))     # not (a is None) -> a is not None
         if isinstance(node.op, ast.USub) and isinstance(node.operand, ast.UnaryOp) \
                 and isinstance(node.operand.op, ast.USub):
             return node.operand.operand
@@ -381,12 +519,16 @@ class Spellings(ast.NodeTransformer):
 
     def visit_Call(self, node):
         self.generic_visit(node)
+        resolved = _resolved_call(node)
+        if resolved is not node:
+            return self.visit_Call(resolved)
         func = node.func
         name = dotted(func)
         if name is not None:
             for prefix in FUNCTIONAL:
                 if name.startswith(prefix):
                     name = "torch." + name[len(prefix):]
+        _keywords_by_position(node, name)
         args, kw = node.args, node.keywords
         if any(isinstance(a, ast.Starred) for a in args) or any(k.arg is None for k in kw):
             return node
@@ -430,6 +572,9 @@ class Spellings(ast.NodeTransformer):
                                                    and name.count(".") >= 1 and isinstance(func.value, ast.Name)):
             return node
         obj, fn = func.value, func.attr
+        if isinstance(obj, ast.Call) and _changes_values(fn) and _in_place(node) is None:   # x.mul_(a).add_(b): _Walrus
+            fn = fn[:-1]                           # x.view(...).transpose_(1, 2): a temporary's value (round 36)
+            node = ast.Call(ast.Attribute(obj, fn, ast.Load()), args, kw)
         if fn in SIZED_METHODS and len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)) and not kw \
                 and not any(isinstance(e, ast.Starred) for e in args[0].elts):
             node.args = args = list(args[0].elts)     # x.view((b, t, d)) -> x.view(b, t, d)
@@ -687,7 +832,7 @@ def _entered(expr: ast.expr) -> ast.expr:
 class _Walrus(ast.NodeTransformer):
     """Assignment expressions that always run, taken out of an expression in the order Python runs them (not
     those in a lambda, a comprehension, a branch of ``x if c else y`` or after the first operand of ``and``/``or``,
-    which may not run)."""
+    which may not run); so are in-place methods called on a variable, which bind it too."""
 
     def __init__(self):
         self.hoisted: list[ast.stmt] = []
@@ -696,6 +841,14 @@ class _Walrus(ast.NodeTransformer):
         value = self.visit(node.value)
         self.hoisted.append(_assign(node.target, value))
         return ast.Name(node.target.id, ast.Load())
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        in_place = _in_place(node)                # x.f_(a): x = x.f(a), then x (round 36)
+        if in_place is None:
+            return node
+        self.hoisted.append(_assign(ast.Name(in_place[0], ast.Store()), in_place[1]))
+        return ast.Name(in_place[0], ast.Load())
 
     def _first_only(self, node):
         return node
@@ -749,12 +902,99 @@ def _kept_unless(s: ast.stmt) -> ast.If | None:
     return None
 
 
+def _changes_values(method: str) -> bool:
+    """An in-place tensor method that changes the values (``masked_fill_``, ``add_`` ...; ``requires_grad_`` only
+    sets a flag and is read as the call it is)."""
+    return method.endswith("_") and not method.startswith("_") and not method.endswith("__") \
+        and method != "requires_grad_"
+
+
+def _in_place(call: ast.expr) -> tuple[str, ast.expr] | None:
+    """``x.f_(a).g_(b)`` (in-place methods on a variable, each returning it) as ``("x", x.f(a).g(b))``."""
+    chain = []
+    while isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and _changes_values(call.func.attr):
+        chain.append(call)
+        call = call.func.value
+    if not chain or not isinstance(call, ast.Name):
+        return None
+    value: ast.expr = ast.Name(call.id, ast.Load())
+    for c in reversed(chain):
+        value = ast.Call(ast.Attribute(value, c.func.attr[:-1], ast.Load()), c.args, c.keywords)
+    return call.id, value
+
+
+def _parallel(s: ast.stmt) -> bool:
+    """``a, b = x, y`` that means ``a = x; b = y``: distinct names, and no value reads a name bound before it."""
+    if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Tuple)
+            and isinstance(s.value, ast.Tuple) and len(s.targets[0].elts) == len(s.value.elts)):
+        return False
+    groups = [[t.id] if isinstance(t, ast.Name) else [e.id for e in t.elts if isinstance(e, ast.Name)]
+              if isinstance(t, ast.Tuple) and all(isinstance(e, ast.Name) for e in t.elts) else None
+              for t in s.targets[0].elts]             # (b, t, d), h = x.shape, n
+    names = [n for g in groups if g is not None for n in g]
+    if None in groups or len(set(names)) < len(names) or any(isinstance(v, ast.Starred) for v in s.value.elts):
+        return False
+    return all(not _reads(v) & {n for g in groups[:i] for n in g} for i, v in enumerate(s.value.elts))
+
+
+def _split_reassignments(body: list[ast.stmt]) -> bool:
+    """A variable bound again later in the same block is two variables: ``s = a; m = f(s); s = g(s, m)`` as ``s_1
+    = a; m = f(s_1); s = g(s_1, m)``, so that each value can be inlined where it is used (round 36 updated values
+    in place, ``s.sub_(m)``, which reads as such rebinding); the last binding keeps the name (it may be read after
+    the block, or by the next turn of a loop)."""
+    for i, s in enumerate(body):
+        if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)):
+            continue
+        x = s.targets[0].id
+        for j in range(i + 1, len(body)):
+            later = body[j]
+            if isinstance(later, ast.Assign) and len(later.targets) == 1 and isinstance(later.targets[0], ast.Name) \
+                    and later.targets[0].id == x and x not in _writes(later.value):
+                fresh = f"{x}_{len(_SPLIT)}"
+                _SPLIT.append(fresh)
+                s.targets[0] = ast.Name(fresh, ast.Store())
+                renamed = _Replace({x: ast.Name(fresh, ast.Load())})
+                body[i + 1:j] = [renamed.visit(t) for t in body[i + 1:j]]
+                later.value = renamed.visit(later.value)
+                return True
+            if x in _writes(later) or any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                                                         ast.ClassDef)) for n in ast.walk(later)):
+                break
+    return False
+
+
+_SPLIT: list[str] = []      # fresh names given (only their count matters: every bound name becomes a placeholder)
+
+
+def _dead_stores(body: list[ast.stmt]) -> bool:
+    """``x = v`` (no call in ``v``) that a later statement of the same block binds again before anything reads
+    ``x`` (round 36 padded every assignment with one: ``scores, scale = ..., None``)."""
+    for i, s in enumerate(body):
+        if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
+                and not any(isinstance(n, (ast.Call, ast.NamedExpr)) for n in ast.walk(s.value))):
+            continue
+        x = s.targets[0].id
+        for later in body[i + 1:]:
+            if isinstance(later, ast.Assign) and x not in _reads(later.value) and any(
+                    isinstance(t, ast.Name) and t.id == x for t in later.targets):
+                del body[i]
+                return True
+            if isinstance(later, ast.For) and isinstance(later.target, ast.Name) and later.target.id == x \
+                    and x not in _reads(later.iter) and x not in _reads(ast.Module(later.orelse, [])):
+                del body[i]
+                return True
+            if x in _reads(later) or x in _writes(later):
+                break
+    return False
+
+
 def _as_assignments(body: list[ast.stmt], function: bool) -> bool:
     """Binding forms read as the assignments they are (red-team round 35 wrote every assignment of a copy as one of
     them): ``for x in [v]: ...`` (one element, no ``break`` or ``continue``), a ``match v:`` whose first case is a
     capture or the wildcard (``case x:``), ``with v as x:``, an assignment expression ``x := v`` that always runs,
     ``x = a if c else x`` as ``if c: x = a`` (two such ``if``s on one condition in a row as one), and, in a
-    function, ``f = lambda a: e`` as ``def f(a): return e``."""
+    function, ``f = lambda a: e`` as ``def f(a): return e``.  Round 36: in-place methods on a variable, ``x.f_(a)``
+    as ``x = x.f(a)`` (``_Walrus``), and ``a, b = x, y`` as two assignments."""
     out, changed, queue = [], False, list(reversed(body))
     while queue:
         s = queue.pop()
@@ -772,7 +1012,9 @@ def _as_assignments(body: list[ast.stmt], function: bool) -> bool:
             keep = [] if isinstance(s, ast.Expr) and isinstance(s.value, ast.Name) else [s]   # ``(x := v)`` alone
             queue += reversed(walrus.hoisted + keep)    # read again: a hoisted ``x = a if c else x`` is an ``if``
             continue
-        if isinstance(s, ast.For) and isinstance(s.iter, (ast.List, ast.Tuple)) and len(s.iter.elts) == 1 \
+        if _parallel(s):                         # a, b = x, y -> a = x; b = y
+            out += [_assign(t, v) for t, v in zip(s.targets[0].elts, s.value.elts)]
+        elif isinstance(s, ast.For) and isinstance(s.iter, (ast.List, ast.Tuple)) and len(s.iter.elts) == 1 \
                 and not isinstance(s.iter.elts[0], ast.Starred) and not _leaves_loop(s):
             out += [_assign(s.target, s.iter.elts[0]), *s.body, *s.orelse]
         elif isinstance(s, ast.Match) and s.cases and s.cases[0].guard is None \
@@ -1357,6 +1599,9 @@ def simplify_function(func: ast.FunctionDef | ast.Module) -> None:
             changed |= _shape_unpack(body)
             changed |= _while_to_for(body, func)
             changed |= _merge_reassignments(body)
+            changed |= _dead_stores(body)
+            if not module:
+                changed |= _split_reassignments(body)
             changed |= _conditional_assignments(body)
         for node in ast.walk(func):
             if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and dotted(node.iter.func) == "range":
@@ -1373,8 +1618,10 @@ def simplify_function(func: ast.FunctionDef | ast.Module) -> None:
 def _inlinable(func: ast.FunctionDef) -> bool:
     """A body that ends in its only ``return`` (no other exit, no nested function, no ``global``)."""
     a = func.args
-    if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or func.decorator_list:
-        return False
+    loads = _loads_stores(func)[0]
+    if (a.vararg and a.vararg.arg in loads) or (a.kwarg and a.kwarg.arg in loads) or a.kwonlyargs \
+            or a.posonlyargs or func.decorator_list:
+        return False                      # a ``*rest`` or ``**kw`` the body never reads is no obstacle (round 36)
     body = func.body
     if not body or not isinstance(body[-1], ast.Return) or body[-1].value is None or len(body) > 20:
         return False
@@ -1394,10 +1641,12 @@ class _Inliner:
                                                                                     call.keywords):
             return None
         params = [a.arg for a in func.args.args]
-        if len(call.args) > len(params):
+        if len(call.args) > len(params) and func.args.vararg is None:
             return None
         bound = dict(zip(params, call.args))
         for k in call.keywords:
+            if k.arg not in params and func.args.kwarg is not None:
+                continue                          # into a **kw the helper never reads
             if k.arg not in params or k.arg in bound:
                 return None
             bound[k.arg] = k.value

@@ -340,11 +340,19 @@ def unit_source(statements: list[ast.stmt], original: str | None = None) -> str:
 
 
 def parsed_cells(cells: list[str]):
-    """``(syntax tree, text without magics)`` of each cell that can be read (``parse_cell``)."""
+    """``(syntax tree, text without magics)`` of each cell that can be read (``parse_cell``), the names the cells
+    give to PyTorch and the like read as what they stand for (``canonical.module_aliases``)."""
+    parsed = []
     for source in cells:
         tree = parse_cell(source)
         if tree is not None:
-            yield tree, "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+            parsed.append((tree, "\n".join(ln for ln in source.splitlines()
+                                           if not ln.lstrip().startswith(("%", "!")))))
+    aliases = canonical.module_aliases([tree for tree, _ in parsed])
+    for tree, clean in parsed:
+        if aliases:
+            canonical.Aliased(aliases).visit(tree)
+        yield tree, clean
 
 
 def cell_functions(cells: list[str]) -> dict[str, ast.FunctionDef]:

@@ -856,3 +856,55 @@ def test_the_copies_of_red_team_round_35_are_flagged_with_their_source(path, tmp
     assert len(REDTEAM_35) == 9
     assignment = path.stem.split("-")[0]
     _flagged_with_the_solution(assignment, lambda text: path.read_text(), tmp_path)
+
+
+def _calls_rewritten(source, name, how):
+    """Round 36: every call of the function written another way that calls the same thing: ``x.f(a)`` as
+    ``torch.Tensor.f(x, a)``, its arguments spread from a literal (``f(*(a, b))``), or made through
+    ``functools.partial(f, a)(b)``."""
+    import ast
+
+    tree = ast.parse(source)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+    class Rewrite(ast.NodeTransformer):
+        def visit_Call(self, node):
+            self.generic_visit(node)
+            if how == "unbound-methods" and isinstance(node.func, ast.Attribute) and \
+                    isinstance(node.func.value, ast.Name) and node.func.value.id not in ("torch", "math", "F") \
+                    and not node.func.attr.startswith("_"):
+                return ast.Call(ast.parse(f"torch.Tensor.{node.func.attr}", mode="eval").body,
+                                [node.func.value, *node.args], node.keywords)
+            if how == "literal-star-args" and node.args and not any(isinstance(a, ast.Starred) for a in node.args):
+                return ast.Call(node.func, [ast.Starred(ast.Tuple(node.args, ast.Load()), ast.Load())], node.keywords)
+            if how == "functools-partial" and len(node.args) >= 2:
+                partial = ast.Call(ast.parse("functools.partial", mode="eval").body, [node.func, node.args[0]], [])
+                return ast.Call(partial, node.args[1:], node.keywords)
+            return node
+
+    Rewrite().visit(fn)
+    return "import functools\n" + ast.unparse(ast.fix_missing_locations(tree))
+
+
+@pytest.mark.parametrize("how", ["unbound-methods", "literal-star-args", "functools-partial"])
+@pytest.mark.parametrize("assignment", sorted(GRADED_35))
+def test_calls_written_another_way_are_read_as_the_calls_they_are(assignment, how, tmp_path):
+    """Round 36 of the blind red team pasted the worked solution of exercises 3, 4 and 7 with every call written
+    another way (methods called through ``torch.Tensor``, arguments spread from a literal, calls made through
+    ``functools.partial``), or with the library's keyword arguments, in-place methods, tuple assignments, module
+    aliases or helpers with an unused ``*rest`` (similarity 0.00 to 0.62, unflagged on both paths).  The first three,
+    made here by rewriting every call of the solution, are flagged with the solution as their source."""
+    _flagged_with_the_solution(assignment, lambda text: _calls_rewritten(text, GRADED_35[assignment], how), tmp_path)
+
+
+REDTEAM_36 = sorted((ROOT / "grader" / "fixtures" / "redteam36").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", REDTEAM_36, ids=lambda p: p.stem)
+def test_the_copies_of_red_team_round_36_are_flagged_with_their_source(path, tmp_path):
+    """The 24 copies round 36's attacker wrote by hand (grader/fixtures/redteam36: eight disguises on exercises 3,
+    4 and 7, each the answer cells of a submission that got full marks unflagged on both paths): each is flagged with
+    the solution as its source, and computes what the solution computes."""
+    assert len(REDTEAM_36) == 24
+    assignment = path.stem.split("-")[0]
+    _flagged_with_the_solution(assignment, lambda text: path.read_text(), tmp_path)
