@@ -313,6 +313,12 @@ def _resolved_call(node: ast.Call) -> ast.Call:
             kw.append(k)
     if spread:
         return ast.Call(node.func, args, kw)
+    if dotted(node.func) == "next" and len(node.args) == 1 and not node.keywords:
+        it = node.args[0]                          # next(iter([x])) is x (round 37)
+        if isinstance(it, ast.Call) and dotted(it.func) == "iter" and len(it.args) == 1 and not it.keywords:
+            it = it.args[0]
+        if isinstance(it, (ast.List, ast.Tuple)) and len(it.elts) == 1 and not isinstance(it.elts[0], ast.Starred):
+            return it.elts[0]
     inner = node.func
     if isinstance(inner, ast.Call) and dotted(inner.func) in ("functools.partial", "partial") and inner.args:
         return ast.Call(inner.args[0], inner.args[1:] + node.args, inner.keywords + node.keywords)
@@ -324,6 +330,11 @@ def _resolved_call(node: ast.Call) -> ast.Call:
 
 
 _SIGNATURES: dict = {}
+_DEFAULTS: dict = {}       # (name, method) -> {parameter: its declared default}, for the parameters that have one
+# keyword arguments that, at these values, are PyTorch's defaults wherever they appear (its table of signatures
+# leaves some out: torch.sum's keepdim and dtype)
+NO_OP_KEYWORDS = {"out": None, "dtype": None, "keepdim": False, "device": None, "layout": None,
+                  "requires_grad": False, "pin_memory": False, "generator": None}
 # constructors PyTorch's table leaves out (they take no tensor): their leading parameters
 FACTORIES = {"torch.full": ["size", "fill_value"], "torch.zeros": ["size"], "torch.ones": ["size"],
              "torch.empty": ["size"], "torch.rand": ["size"], "torch.randn": ["size"], "torch.tensor": ["data"],
@@ -349,9 +360,13 @@ def _parameters(name: str | None, method: str | None) -> list[str] | None:
             fake = _SIGNATURES["table"].get(target)
             if fake is None and not method and name in FACTORIES:
                 _SIGNATURES[key] = FACTORIES[name]
+                _DEFAULTS[key] = {"out": None, "dtype": None, "layout": None, "device": None,
+                                  "requires_grad": False, "pin_memory": False}
             elif fake is not None:
                 params = list(inspect.signature(fake).parameters.values())
                 _SIGNATURES[key] = [p.name for p in params if p.kind == p.POSITIONAL_OR_KEYWORD][1 if method else 0:]
+                _DEFAULTS[key] = {p.name: p.default for p in params if p.default is not p.empty
+                                  and (p.default is None or type(p.default) in (bool, int, float, str))}
         except Exception:  # noqa: BLE001 - no table: keywords stay keywords
             pass
     return _SIGNATURES[key]
@@ -361,21 +376,38 @@ def _keywords_by_position(node: ast.Call, name: str | None) -> None:
     """A PyTorch function's or tensor method's parameters given by keyword, given by position as far as the
     order allows (round 36: ``torch.matmul(q, other=k)``, ``x.transpose(dim0=-2, dim1=-1)``); ``keepdim``
     stays a keyword (its one spelling, ``KEEPDIM_SECOND``)."""
-    if not node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+    if any(isinstance(a, ast.Starred) for a in node.args):
         return
     method = node.func.attr if isinstance(node.func, ast.Attribute) and not (
         name is not None and name.split(".")[0] in MODULES) else None
     if method is None and not (name is not None and name.startswith("torch.") and name.count(".") == 1):
         return
-    params = _parameters(name, method)
-    if not params:
-        return
+    params = _parameters(name, method) or []
+    defaults = {**NO_OP_KEYWORDS, **_DEFAULTS.get((name, method), {})}
+    # an argument that only restates its default is no argument (round 37: torch.matmul(a, b, out=None))
+    node.keywords = [k for k in node.keywords if not (k.arg in defaults and isinstance(k.value, ast.Constant)
+                                                      and _same_constant(k.value.value, defaults[k.arg]))]
     by_name = {k.arg: k for k in node.keywords}
     while len(node.args) < len(params) and params[len(node.args)] in by_name \
             and params[len(node.args)] != "keepdim":
         k = by_name.pop(params[len(node.args)])
         node.args.append(k.value)
         node.keywords.remove(k)
+
+
+def _same_constant(a, b) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def _over_one(node: ast.AST) -> ast.expr | None:
+    """``[f(y) for y in [x]]`` (one generator over a one-item literal, no condition): ``f(x)``, else None."""
+    if not isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp)) or len(node.generators) != 1:
+        return None
+    gen = node.generators[0]
+    if gen.ifs or gen.is_async or not isinstance(gen.target, ast.Name) or not isinstance(gen.iter, (
+            ast.List, ast.Tuple)) or len(gen.iter.elts) != 1 or isinstance(gen.iter.elts[0], ast.Starred):
+        return None
+    return _Replace({gen.target.id: gen.iter.elts[0]}).visit(copy.deepcopy(node.elt))
 
 
 class Spellings(ast.NodeTransformer):
@@ -411,6 +443,17 @@ class Spellings(ast.NodeTransformer):
             return ast.Assign([ast.Name(name, ast.Store())],
                               ast.IfExp(t, node.body[0].value, ast.Name(name, ast.Load())), lineno=0)
         return node
+
+    def visit_ListComp(self, node):
+        self.generic_visit(node)
+        value = _over_one(node)                    # [y for y in [x]] is [x] (round 37)
+        if value is None:
+            return node
+        if isinstance(node, ast.SetComp):
+            return ast.Set([value])
+        return (ast.List if isinstance(node, ast.ListComp) else ast.Tuple)([value], ast.Load())
+
+    visit_SetComp = visit_GeneratorExp = visit_ListComp
 
     def visit_AnnAssign(self, node):
         self.generic_visit(node)
@@ -462,6 +505,9 @@ class Spellings(ast.NodeTransformer):
 
     def visit_Subscript(self, node):
         self.generic_visit(node)
+        picked = _picked(node)                     # [x][0], (x, y)[-1]: the item (round 37)
+        if picked is not node:
+            return picked
         s = node.slice
         if isinstance(s, ast.Tuple) and len(s.elts) > 1:
             elts = list(s.elts)
@@ -521,7 +567,7 @@ class Spellings(ast.NodeTransformer):
         self.generic_visit(node)
         resolved = _resolved_call(node)
         if resolved is not node:
-            return self.visit_Call(resolved)
+            return self.visit_Call(resolved) if isinstance(resolved, ast.Call) else resolved
         func = node.func
         name = dotted(func)
         if name is not None:

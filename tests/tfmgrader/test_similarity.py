@@ -908,3 +908,18 @@ def test_the_copies_of_red_team_round_36_are_flagged_with_their_source(path, tmp
     assert len(REDTEAM_36) == 24
     assignment = path.stem.split("-")[0]
     _flagged_with_the_solution(assignment, lambda text: path.read_text(), tmp_path)
+
+
+REDTEAM_37 = sorted((ROOT / "grader" / "fixtures" / "redteam37").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", REDTEAM_37, ids=lambda p: p.stem)
+def test_the_copies_of_red_team_round_37_are_flagged_with_their_source(path, tmp_path):
+    """Round 37's two attackers pasted the worked solution of 3, 4 and 7 with every call given arguments that only
+    restate PyTorch's defaults (``torch.matmul(a, b, out=None)``, ``dtype=None``), or with every value passed through
+    something that hands it back (``next(iter([x]))``, ``[y for y in [x]][0]``): full marks unflagged on both paths.
+    Their nine copies (grader/fixtures/redteam37) are each flagged with the solution as their source, and compute
+    what it computes."""
+    assert len(REDTEAM_37) == 9
+    assignment = path.stem.split("-")[0]
+    _flagged_with_the_solution(assignment, lambda text: path.read_text(), tmp_path)
