@@ -685,6 +685,12 @@ class _Checker(ast.NodeVisitor):
         self.called: set[int] = set()       # the callee expressions of the calls seen (visit_Call)
         self.class_decorators: set[int] = set()     # a class statement's decorators (and the callee of @d(...))
         self.attribute_bases: set[int] = set()    # ids of Name/Attribute nodes used as the base of an attribute
+        self.visited: set[int] | None = None      # ids of the nodes visited, when asked for (scan_cells(reach=))
+
+    def visit(self, node):
+        if self.visited is not None:
+            self.visited.add(id(node))
+        return super().visit(node)
 
     def flag(self, node, reason):
         self.flags.append(Flag(self.cell, getattr(node, "lineno", 1), reason))
@@ -1521,11 +1527,14 @@ def _names_of(sources: list[str]) -> dict[str, str]:
     return names
 
 
-def scan_cells(learner: dict[int, str], setup: list[str], tests: list[str], graded_names: set[str]) -> list[Flag]:
+def scan_cells(learner: dict[int, str], setup: list[str], tests: list[str], graded_names: set[str],
+               reach: list | None = None) -> list[Flag]:
     """Flags for the learner's cells ``{index: source}``.
 
     ``setup`` and ``tests`` are the sources of the notebook's read-only cells; ``graded_names`` are the
-    functions the learner must define.  A cell that cannot be read is flagged (fail closed).
+    functions the learner must define.  A cell that cannot be read is flagged (fail closed).  ``reach``: a list
+    that receives, for each cell checked, its syntax tree and the ids of the nodes the checker visited (the
+    reachability test, tests/tfmgrader/test_scan_scoping.py).
     """
     flags: list[Flag] = []
     trees: dict[int, ast.Module] = {}
@@ -1560,6 +1569,9 @@ def scan_cells(learner: dict[int, str], setup: list[str], tests: list[str], grad
     ctx.plain_classes = plain_classes(trees.values())
     for index, tree in trees.items():
         checker = _Checker(index, ctx, tables[index])
+        if reach is not None:
+            checker.visited = set()
+            reach.append((tree, checker.visited))
         checker.run(tree)
         data = literal_bytes(tree)
         if data > LITERAL_BUDGET:

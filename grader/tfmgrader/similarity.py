@@ -1220,7 +1220,7 @@ def cell_units(student: str, cells: list[str], graded_cells: list[str], graded: 
     units = _kept_on_disk(
         site_cache_dir() / "submissions" / f"{key[:40]}.json", key,
         lambda stored: {name: _unit_from_json(fields) for name, fields in stored.items()},
-        lambda: _units_or_none(student, cells, graded_cells, graded),
+        lambda: cell_units_or_none(student, cells, graded_cells, graded),
         # not kept: code that could not be read (deep nesting, memory) may be read next time; a unit with more
         # fields than compute_cell_units sets
         lambda units: None if units is None or not all(_stored_as_json(u) for u in units.values())
@@ -1265,11 +1265,11 @@ def _unit_from_json(fields: dict) -> Unit:
 
 def compute_cell_units(student: str, cells: list[str], graded_cells: list[str], graded: list[str]) -> dict[str, Unit]:
     """``cell_units`` without the disk: no units where the code cannot be read (a scored notebook is then flagged)."""
-    units = _units_or_none(student, cells, graded_cells, graded)
+    units = cell_units_or_none(student, cells, graded_cells, graded)
     return {} if units is None else units
 
 
-def _units_or_none(student: str, cells: list[str], graded_cells: list[str],
+def cell_units_or_none(student: str, cells: list[str], graded_cells: list[str],
                    graded: list[str]) -> dict[str, Unit] | None:
     try:
         units = function_units(student, "student", graded_cells, graded)

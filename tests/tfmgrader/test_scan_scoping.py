@@ -351,25 +351,11 @@ def _unvisited(code: str) -> list[str]:
     """Expressions, statements and patterns of ``code`` that the scan's checker never visited, in the top-level
     statements it did not flag (a flagged statement is withheld, whatever it holds); a subtree of constants only
     (a docstring, ``Literal["a", "b"]``) does nothing and is not counted."""
-    seen, trees = set(), []
-    real_run, real_visit = scan._Checker.run, scan._Checker.visit
-
-    def run(self, tree):
-        trees.append(tree)
-        return real_run(self, tree)
-
-    def visit(self, node):
-        seen.add(id(node))
-        return real_visit(self, node)
-
-    scan._Checker.run, scan._Checker.visit = run, visit
-    try:
-        found = scan_cells({3: code}, SETUP, TESTS, {"f", "scaled_dot_product_attention"})
-    finally:
-        scan._Checker.run, scan._Checker.visit = real_run, real_visit
+    reach = []
+    found = scan_cells({3: code}, SETUP, TESTS, {"f", "scaled_dot_product_attention"}, reach=reach)
     flagged = {f.line for f in found}
     missed = []
-    for tree in trees:
+    for tree, seen in reach:
         for stmt in tree.body:
             if flagged & set(range(stmt.lineno, stmt.end_lineno + 1)):
                 continue

@@ -182,7 +182,7 @@ def test_a_submissions_units_kept_on_disk_are_those_computed_and_follow_its_cell
     assert as_dicts(sim.cell_units("s1", cells, cells[:-2], graded)) == as_dicts(fresh)     # computed, then stored
     (stored,) = (tmp_path / "cache" / "submissions").glob("*.json")
     with monkeypatch.context() as m:
-        m.setattr(sim, "_units_or_none", lambda *a: pytest.fail("the stored units were not read"))
+        m.setattr(sim, "cell_units_or_none", lambda *a: pytest.fail("the stored units were not read"))
         assert as_dicts(sim.cell_units("s1", cells, cells[:-2], graded)) == as_dicts(fresh)   # read from disk
     key = sim.submission_key("s1", cells, cells[:-2], graded)
     assert len({key, sim.submission_key("s2", cells, cells[:-2], graded),
@@ -198,9 +198,9 @@ def test_a_submissions_units_kept_on_disk_are_those_computed_and_follow_its_cell
     data["units"][name]["orphan"] = "yes"
     stored.write_text(json.dumps(data))
     computed = []
-    real = sim._units_or_none
+    real = sim.cell_units_or_none
     with monkeypatch.context() as m:
-        m.setattr(sim, "_units_or_none", lambda *a: computed.append(1) or real(*a))
+        m.setattr(sim, "cell_units_or_none", lambda *a: computed.append(1) or real(*a))
         assert as_dicts(sim.cell_units("s1", cells, cells[:-2], graded)) == as_dicts(fresh)
     assert computed == [1] and json.loads(stored.read_text())["units"][name]["orphan"] is False
     # units larger than the limit are computed and not kept
