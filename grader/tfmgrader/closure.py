@@ -112,17 +112,37 @@ class _Timeout(Exception):
     pass
 
 
+def _alarm(*_):
+    raise _Timeout
+
+
 @contextlib.contextmanager
-def _time_limit(seconds: float):
-    def alarm(*_):
-        raise _Timeout
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+def _alarms():
+    """While the block runs, SIGALRM raises ``_Timeout``: installed once per object searched, since ``signal.signal``
+    costs far more than the millions of attribute reads it guards (``_timed`` only arms the timer)."""
+    previous = signal.signal(signal.SIGALRM, _alarm)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """The block, stopped by ``_Timeout`` after ``seconds``: one call's limit, for a search of one's own."""
+    with _alarms():
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        yield
+
+
+def _timed(seconds: float, fn, *args):
+    """``fn(*args)``, stopped by ``_Timeout`` after ``seconds`` (inside ``_alarms``)."""
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return fn(*args)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def roots() -> dict[str, object]:
@@ -240,12 +260,11 @@ def _steps(obj, admitted, listed, args, limit_s):
     except Exception:  # noqa: BLE001 - an object that cannot list itself offers only the listed names
         names = set()
     names = sorted({n for n in names if not n.startswith("__") and admitted(n)} | set(listed))
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _alarms():
         warnings.simplefilter("ignore")
         for name in names:
             try:
-                with _time_limit(limit_s):
-                    out.append((f".{name}", getattr(obj, name)))
+                out.append((f".{name}", _timed(limit_s, getattr, obj, name)))
             except BaseException:  # noqa: BLE001 - a missing or failing attribute is a dead end
                 continue
         forward = FORWARDS.get(_dynamic_lookup(obj) or "")
@@ -255,21 +274,20 @@ def _steps(obj, admitted, listed, args, limit_s):
         if callable(obj):
             for a in args:
                 try:
-                    with _time_limit(limit_s), contextlib.redirect_stdout(None):
-                        out.append((f"({', '.join(type(x).__name__ for x in a)})", obj(*a)))
+                    with contextlib.redirect_stdout(None):
+                        out.append((f"({', '.join(type(x).__name__ for x in a)})", _timed(limit_s, obj, *a)))
                 except BaseException:  # noqa: BLE001
                     continue
         if not isinstance(obj, (type, str, bytes)):
             with contextlib.suppress(BaseException):
-                with _time_limit(limit_s):
-                    if isinstance(obj, dict):
-                        out += [(f"[{k!r}]", v) for k, v in itertools.islice(obj.items(), 8)]
-                    else:
-                        out.append(("[0]", obj[0]))
+                if isinstance(obj, dict):
+                    out += _timed(limit_s, lambda: [(f"[{k!r}]", v) for k, v in itertools.islice(obj.items(), 8)])
+                else:
+                    out.append(("[0]", _timed(limit_s, lambda: obj[0])))
             with contextlib.suppress(BaseException):
-                with _time_limit(limit_s):
-                    if not isinstance(obj, dict):
-                        out += [(f"<item {i}>", v) for i, v in enumerate(itertools.islice(iter(obj), 3))]
+                if not isinstance(obj, dict):
+                    out += _timed(limit_s, lambda: [(f"<item {i}>", v)
+                                                    for i, v in enumerate(itertools.islice(iter(obj), 3))])
     return out
 
 

@@ -118,7 +118,7 @@ for what, (value, start, size) in raw.items():
     for name, (f, args, *kw) in calls.items():
         tried += 1
         try:
-            with closure._time_limit(2):
+            with closure.time_limit(2):
                 result = f(*args, **(kw[0] if kw else {}))
         except BaseException:
             continue

@@ -1,4 +1,5 @@
 """The hardened grading set-up (grader/tfmgrader): sandbox, scan, and a whole class graded in batches."""
+import atexit
 import copy
 import csv
 import hashlib
@@ -559,17 +560,26 @@ def test_a_changed_limit_grades_again_and_says_why(tmp_path, monkeypatch):
 
 # --- the default path: plain `nbgrader autograde` with the course's nbgrader_config.py ----------------
 
+_GENERATED: dict[tuple[str, ...], Path] = {}     # assignments -> a course this test process generated them in
+
+
 def new_course(root: Path, assignments: list[str]) -> dict:
-    """A course folder with the repository's configuration and the given assignments generated."""
-    shutil.copy(ROOT / "nbgrader_config.py", root)
-    for a in assignments:
-        shutil.copytree(ROOT / "solutions" / a, root / "solutions" / a)
+    """A course folder with the repository's configuration and the given assignments generated (by `nbgrader
+    generate_assignment`, once per test process: later courses get a copy of that course's files and gradebook)."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "GRADER_REPORTS": str(root / "reports")}
-    for a in assignments:
-        proc = subprocess.run(["nbgrader", "generate_assignment", a, "--force"], cwd=root, env=env,
-                              capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr[-2000:]
+    key = tuple(assignments)
+    if key not in _GENERATED:
+        template = Path(tempfile.mkdtemp(prefix="tfm-generated-"))
+        atexit.register(shutil.rmtree, template, True)
+        shutil.copy(ROOT / "nbgrader_config.py", template)
+        for a in assignments:
+            shutil.copytree(ROOT / "solutions" / a, template / "solutions" / a)
+            proc = subprocess.run(["nbgrader", "generate_assignment", a, "--force"], cwd=template, env=env,
+                                  capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+        _GENERATED[key] = template
+    shutil.copytree(_GENERATED[key], root, dirs_exist_ok=True)
     return env
 
 
@@ -656,7 +666,10 @@ def test_verdicts_hold_when_the_scan_is_off(tmp_path, path):
     from fixtures.make_class import make_class
     a = "03_self_attention"
     env = new_course(tmp_path, [a])
-    wanted = {"correct-plain", "correct-style-einsum-where", "attack-shortcut-called", *(f"attack-{k}" for k in TAMPERING)}
+    # Each tampering attack on one path (alternately, to keep CI lean): both paths run nbgrader's Autograde with the
+    # course's hardened pipeline (nbgrader_config.py); the honest answers and the shortcut on both.
+    half = TAMPERING[["nbgrader", "grade.py"].index(path)::2]
+    wanted = {"correct-plain", "correct-style-einsum-where", "attack-shortcut-called", *(f"attack-{k}" for k in half)}
     expected = make_class(tmp_path, [a], kinds={a: wanted})
     if path == "nbgrader":
         graded = autograde(tmp_path, env, a, "--ScanSubmission.enabled=False")
@@ -684,7 +697,8 @@ def test_verdicts_hold_when_the_scan_is_off(tmp_path, path):
             assert any("run code from a string (exec," in f for f in flags), (student, flags)
     # The kernel decides nothing (tfmcheck.withheld): rebinding its checks changes no verdict and is not reported;
     # tampering with the record or the audit channel, and switching the shortcut check off, are.
-    assert caught >= 3, "tampering with the trace, the audit channel or the shortcut check is reported as flagged"
+    assert caught >= 2, (f"tampering with the trace, the audit channel or the shortcut check is reported as flagged "
+                         f"({caught} of this half flagged)")
 
 
 def test_autograde_refuses_to_run_unsandboxed(monkeypatch):
