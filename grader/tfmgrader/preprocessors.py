@@ -535,6 +535,18 @@ def isolated_test(source: str, grade_id: str) -> str:
             f"filename={'<' + grade_id + '>'!r})\n")
 
 
+def machine_idle() -> float:
+    """Idle CPU seconds since boot of the cores this process, and so its kernels, may run on, summed (0 where
+    unknown)."""
+    try:
+        import psutil
+
+        per_core = psutil.cpu_times(percpu=True)
+        return sum(per_core[i].idle for i in os.sched_getaffinity(0) if i < len(per_core))
+    except Exception:  # noqa: BLE001 - no reading: no idle time counted, so a slow kernel is not stopped early
+        return 0.0
+
+
 class SandboxedExecute(Execute):
     """nbgrader's Execute in the sandbox kernel, made robust to kernels that die, hang or flood their output."""
 
@@ -550,8 +562,11 @@ class SandboxedExecute(Execute):
     kernel_nproc = Integer(0, help="Each kernel's process limit (RLIMIT_NPROC) when it is not GRADER_NPROC: "
                                    "scripts/grade.py multiplies it by --jobs when kernels graded at once share one "
                                    "uid (a normal user).").tag(config=True)
-    starved_share = Float(0.33, help="A cell that timed out while its kernel got less than this share of one "
-                                     "core was starved by the machine's load: reported as such.").tag(config=True)
+    patience = Float(3.0, help="A cell runs for ``timeout`` s, and on until its kernel has had ``timeout`` s "
+                               "of CPU or could have had them from idle cores: a kernel the machine's load "
+                               "slows runs on, for at most this many times ``timeout``.  Stopped there, the "
+                               "machine was overloaded (reported as such: the batch grades it again)."
+                     ).tag(config=True)
 
     def _sandboxed(self) -> bool:
         unsafe = os.environ.get(UNSAFE_ENV) == "1"
@@ -725,7 +740,8 @@ class SandboxedExecute(Execute):
             # Names the test for the trace the kernel records (removed again below).
             cell.source = f"__import__('tfmcheck.checking').checking.begin_test({gid!r})\n" + original
             cell.source = isolated_test(cell.source, gid)
-        started = (monotonic(), self._kernel_cpu())
+        started = self._cell_started = (monotonic(), self._kernel_cpu(), machine_idle())
+        self._spent = False
         memory = self._memory_cells.get(gid) if gid else None
         memory = memory[0] if memory is not None and is_trusted_text(original, memory[1]) else None
         sampler = Sampler(self._kernel_pids) if memory == PEAK and self._memory_base >= 0 else None
@@ -734,6 +750,9 @@ class SandboxedExecute(Execute):
         try:
             return super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
+            if self._spent:        # stopped by _async_check_alive: the cell used up its time
+                self._time_out(cell, resources, "")
+                return cell, self.resources
             self._execution = Execution.KERNEL_DIED
             self._stopped = ("the kernel died in an earlier cell (os._exit, a crash, or a memory, CPU or "
                              "process limit of the grading sandbox)")
@@ -744,18 +763,13 @@ class SandboxedExecute(Execute):
             wall, cpu = monotonic() - started[0], self._kernel_cpu() - started[1]
             if "IOPub" in str(err):
                 starved = f"the cell's output did not reach the grader within {self.iopub_timeout} s"
-            elif cpu < self.starved_share * wall:
+            elif not self._used_up(started):     # the patience ran out first
                 starved = f"the kernel got {cpu:.1f} s of CPU in {wall:.0f} s"
             else:
                 starved = ""
-            self._execution = Execution.TIMED_OUT
-            self._stopped = f"a cell ran longer than {self.timeout} s and the kernel was stopped"
-            if starved:
-                self._stopped += f" (the grading machine was overloaded: {starved})"
-                record(self.report_directory, resources, starved=starved)
-            cell.outputs.append(error_output("CellTimeoutError", f"this cell ran longer than {self.timeout} s"))
+            self._time_out(cell, resources, starved)
         finally:
-            cell.source = original
+            cell.source, self._cell_started = original, None
             if sampler is not None:
                 sampler.__exit__(None, None, None)
                 if sampler.peak >= 0:
@@ -763,6 +777,42 @@ class SandboxedExecute(Execute):
             elif memory == BASE:
                 self._memory_base = resident(self._kernel_pids())
         return cell, self.resources
+
+    def _time_out(self, cell, resources, starved: str) -> None:
+        """The cell used up its time (``starved``: why the machine's load, not the cell, may be the cause)."""
+        self._execution = Execution.TIMED_OUT
+        self._stopped = f"a cell ran longer than {self.timeout} s and the kernel was stopped"
+        if starved:
+            self._stopped += f" (the grading machine was overloaded: {starved})"
+            record(self.report_directory, resources, starved=starved)
+        cell.outputs.append(error_output("CellTimeoutError", f"this cell ran longer than {self.timeout} s"))
+
+    def _get_timeout(self, cell):
+        """nbclient's wall-time limit of a cell: ``patience`` times ``timeout``; ``_async_check_alive`` stops
+        the cell earlier when it has used up its time."""
+        timeout = super()._get_timeout(cell)
+        return None if timeout is None else timeout * self.patience
+
+    def _used_up(self, started: tuple[float, float, float]) -> bool:
+        """Whether the cell started at ``started`` (wall, kernel CPU, machine's idle CPU) has used up its time:
+        ``timeout`` s of wall time, and ``timeout`` s of its kernel's CPU or, short of them, at least as many
+        idle core-seconds on the machine (then the kernel was waiting, not starved: ``time.sleep``)."""
+        if monotonic() - started[0] < self.timeout:
+            return False
+        missing = self.timeout - (self._kernel_cpu() - started[1])
+        return missing <= 0 or machine_idle() - started[2] >= missing
+
+    async def _async_check_alive(self) -> None:
+        """nbclient's check, every second while a cell runs, that its kernel is alive; also stops the cell
+        (DeadKernelError, with ``_spent`` set) once it has used up its time (``_used_up``).  The limit is the
+        kernel's computing time, not the machine's load: an endless loop is stopped after as much CPU time on
+        a busy machine as on an idle one, and a slow correct cell is not stopped early because other processes
+        shared its core (in CI, a correct answer was once stopped so on a loaded machine)."""
+        await super()._async_check_alive()
+        started = getattr(self, "_cell_started", None)
+        if started is not None and self.timeout and self.timeout > 0 and self._used_up(started):
+            self._spent = True
+            raise DeadKernelError("the cell used up its time")
 
     def _find_memory_cells(self, resources) -> dict[str, tuple[str, str]]:
         """``{grade_id: (BASE or PEAK, trusted source)}`` (``outside_memory.memory_cells``); none without a

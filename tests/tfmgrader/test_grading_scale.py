@@ -188,6 +188,82 @@ def test_jobs_on_a_busy_machine_give_the_same_grades(template, sequential, tmp_p
     assert grades(course) == sequential["grades"]
 
 
+def loop_for(seconds: float) -> str:
+    """A learner's cell that computes for about ``seconds`` of CPU time on this machine (a counted loop: an
+    answer may not import ``time``)."""
+    n, started = 10**6, time.process_time()
+    code = "_n = 0\nfor _k in range({}):\n    _n += _k\n"
+    exec(code.format(n), {})
+    rate = n / max(time.process_time() - started, 1e-3)
+    return code.format(int(rate * seconds))
+
+
+@pytest.mark.slow
+def test_a_cell_slowed_by_the_load_keeps_its_time_and_a_loop_is_still_stopped(tmp_path):
+    """A cell's limit is its kernel's computing time, not the machine's load.  Plain `nbgrader autograde` on one
+    core that two spinning processes share with it (the kernel gets about a third of it), with a 3-second limit:
+    a correct submission with an extra cell that computes for 2 s of CPU (about 6 s of wall time here) is graded
+    in full, status graded; one with an endless loop is stopped, status timed out."""
+    require_bwrap()
+    from nbgrader.api import Gradebook
+
+    path = tmp_path / "course"
+    path.mkdir()
+    shutil.copy(ROOT / "nbgrader_config.py", path)
+    shutil.copytree(ROOT / "solutions" / A, path / "solutions" / A)
+    env = {**env_for(path), "GRADER_REPORTS": str(path / "reports"), "GRADER_CELL_TIMEOUT": "3",
+           "GRADER_SELFCHECK": "0"}
+    subprocess.run(["nbgrader", "generate_assignment", A, "--force"], cwd=path, env=env, check=True,
+                   capture_output=True)
+    for student, extra in {"slow": loop_for(2.0), "loop": "while True:\n    pass\n"}.items():
+        nb = json.loads((ROOT / "solutions" / A / f"{A}.ipynb").read_text())
+        nb["cells"].append({"cell_type": "code", "metadata": {}, "source": extra, "outputs": [],
+                            "execution_count": None})
+        (path / "submitted" / student / A).mkdir(parents=True)
+        (path / "submitted" / student / A / f"{A}.ipynb").write_text(json.dumps(nb))
+    core = str(min(os.sched_getaffinity(0)))
+    spinners = [subprocess.Popen(["taskset", "-c", core, sys.executable, "-c", "while True:\n    pass"])
+                for _ in range(2)]
+    try:
+        proc = subprocess.run(["taskset", "-c", core, "nbgrader", "autograde", A, "--force",
+                               "--SandboxedExecute.patience=10"], cwd=path, env=env,
+                              capture_output=True, text=True, timeout=600)
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+    found = {}
+    with Gradebook(f"sqlite:///{path / 'gradebook.db'}") as gb:
+        for sub in gb.assignment_submissions(A):
+            report = json.loads((path / "reports" / A / f"{sub.student_id}.json").read_text())[A]
+            found[sub.student_id] = (sub.score, sub.max_score, report["execution"], report["stopped"])
+    log = proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert found["slow"][:3] == (found["slow"][1], found["slow"][1], "ok") and found["slow"][1] > 0, (found, log)
+    assert found["loop"][2] == "timed out", (found, log)
+    assert found["loop"][3].startswith("a cell ran longer than 3 s and the kernel was stopped"), found
+
+
+def test_a_cell_has_used_up_its_time_when_its_kernel_computed_or_waited_for_it(monkeypatch):
+    """Past the limit's wall time, a cell is stopped when its kernel has had the limit's CPU time, or could have
+    had what it lacks from the idle cores it may run on (it was waiting); a kernel the load kept from running
+    is not stopped (it is, at ``patience`` times the limit, as starved)."""
+    from tfmgrader import preprocessors
+
+    ex = preprocessors.SandboxedExecute(timeout=3)
+    cpu, idle = [0.0], [0.0]
+    monkeypatch.setattr(preprocessors.SandboxedExecute, "_kernel_cpu", lambda self: cpu[0])
+    monkeypatch.setattr(preprocessors, "machine_idle", lambda: idle[0])
+    late, early = (time.monotonic() - 4, 0.0, 0.0), (time.monotonic() - 2, 0.0, 0.0)
+    for used, idle_since, started, done in [(3.0, 0.0, late, True),     # computed for 3 s
+                                            (1.0, 2.5, late, True),     # 1 s, and idle cores it did not use
+                                            (1.0, 0.5, late, False),    # 1 s on a machine with no core to spare
+                                            (0.0, 0.0, late, False),    # not run at all: starved
+                                            (5.0, 9.0, early, False)]:  # two threads: not yet 3 s of wall time
+        cpu[0], idle[0] = used, idle_since
+        assert ex._used_up(started) is done, (used, idle_since)
+    assert ex._get_timeout(None) == 3 * ex.patience
+
+
 class FakeAPI:
     """Stands in for NbGraderAPI.autograde: writes the preprocessors' report that each attempt would."""
 
