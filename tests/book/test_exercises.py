@@ -371,6 +371,7 @@ def grade_worker(course: Path, assignment: str, feedback_students: list[str]) ->
     failed = re.findall(r"error processing assignment '[^']*' for student '([^']*)'", result.get("log", ""))
     assert result["success"] or failed, result.get("error") or result.get("log")
     seconds = {s: (starts[i + 1][0] if i + 1 < len(starts) else t_end) - t for i, (t, s) in enumerate(starts)}
+    retried = regrade_starved(course, assignment, config)
 
     feedback = {}
     for student in feedback_students:
@@ -388,7 +389,31 @@ def grade_worker(course: Path, assignment: str, feedback_students: list[str]) ->
                                       "cells": {g.name: g.score for g in nb.grades},
                                       "run": {k: run.get(k) for k in ("execution", "stopped")}}
     return {"assignment": assignment, "scores": scores, "seconds": seconds, "generate_s": generate_s,
-            "autograde_s": t_end - t0, "autograde_cpu_s": cpu_s, "feedback": feedback, "failed": failed}
+            "autograde_s": t_end - t0, "autograde_cpu_s": cpu_s, "feedback": feedback, "failed": failed,
+            "retried": retried}
+
+
+def regrade_starved(course: Path, assignment: str, config) -> dict[str, str]:
+    """Grade once more, with the longer time limits of a retry, each submission that the machine's load kept from
+    being graded: its kernel did not start (no run recorded) or a cell was starved.  ``scripts/grade.py`` does the
+    same (``tfmgrader.run``); plain `nbgrader autograde` leaves it to the instructor.  Returns {student: why}."""
+    from nbgrader.apps import NbGraderAPI
+
+    from tfmgrader.limits import limit
+    from tfmgrader.run import TIME_LIMITS
+
+    why = {}
+    for report in sorted((course / "grading" / "reports" / assignment).glob("*.json")):
+        run = json.loads(report.read_text()).get(assignment, {})
+        if "execution" not in run or run.get("starved"):
+            why[report.stem] = run.get("starved") or "no run recorded (the kernel did not start?)"
+    if why:
+        for name in TIME_LIMITS:        # the course's configuration sets each (tfmgrader.hardened)
+            config.SandboxedExecute[name] = int(config.SandboxedExecute[name]) * limit("GRADER_RETRY_SCALE")
+        api = NbGraderAPI(config=config)
+        for student in why:
+            api.autograde(assignment, student, force=True, create=True)
+    return why
 
 
 FEEDBACK = {"03_self_attention": ["source", "no_scaling"]}
@@ -479,7 +504,7 @@ def test_wrong_and_cheating_submissions_lose_the_right_points(graded, variant):
     source = graded[a]["scores"]["source"]["cells"]
     kept = {f"test_{t}" for t in must_fail if cells[f"test_{t}"] != 0}
     lost = {f"test_{t}" for t in must_pass if cells[f"test_{t}"] != source[f"test_{t}"]}
-    run = graded[a]["scores"][variant]["run"]
+    run = {**graded[a]["scores"][variant]["run"], "graded again": graded[a]["retried"].get(variant)}
     assert not kept, f"{variant}: still scored on {sorted(kept)}: {cells} ({run})"
     assert not lost, f"{variant}: lost points on {sorted(lost)}, which its change does not touch: {cells} ({run})"
 
