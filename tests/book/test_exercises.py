@@ -371,7 +371,7 @@ def grade_worker(course: Path, assignment: str, feedback_students: list[str]) ->
     failed = re.findall(r"error processing assignment '[^']*' for student '([^']*)'", result.get("log", ""))
     assert result["success"] or failed, result.get("error") or result.get("log")
     seconds = {s: (starts[i + 1][0] if i + 1 < len(starts) else t_end) - t for i, (t, s) in enumerate(starts)}
-    retried = regrade_starved(course, assignment, config)
+    retried = regrade_starved(course, assignment)
 
     feedback = {}
     for student in feedback_students:
@@ -393,24 +393,26 @@ def grade_worker(course: Path, assignment: str, feedback_students: list[str]) ->
             "retried": retried}
 
 
-def regrade_starved(course: Path, assignment: str, config) -> dict[str, str]:
+def regrade_starved(course: Path, assignment: str) -> dict[str, str]:
     """Grade once more, with the longer time limits of a retry, each submission that the machine's load kept from
-    being graded: its kernel did not start (no run recorded) or a cell was starved.  ``scripts/grade.py`` does the
-    same (``tfmgrader.run``); plain `nbgrader autograde` leaves it to the instructor.  Returns {student: why}."""
-    from nbgrader.apps import NbGraderAPI
+    being graded: its kernel did not start (no run recorded) or a cell was starved (``SubmissionReport.starved``).
+    ``scripts/grade.py`` does the same (``tfmgrader.run``), whose configuration of a retry
+    (``GradingRun.config(patient=True)``) this uses; plain `nbgrader autograde` leaves it to the instructor.
+    Returns {student: why}."""
+    from tfmgrader.course import api_from_config
+    from tfmgrader.report import SubmissionReport
+    from tfmgrader.run import GradingRun
 
-    from tfmgrader.limits import limit
-    from tfmgrader.run import TIME_LIMITS
-
+    reports = course / "grading" / "reports"
     why = {}
-    for report in sorted((course / "grading" / "reports" / assignment).glob("*.json")):
-        run = json.loads(report.read_text()).get(assignment, {})
-        if "execution" not in run or run.get("starved"):
-            why[report.stem] = run.get("starved") or "no run recorded (the kernel did not start?)"
+    for path in sorted((reports / assignment).glob("*.json")):
+        recorded = "execution" in json.loads(path.read_text()).get(assignment, {})
+        starved = "; ".join(SubmissionReport.load(path).starved())
+        if starved or not recorded:
+            why[path.stem] = starved or "no run recorded (the kernel did not start?)"
     if why:
-        for name in TIME_LIMITS:        # the course's configuration sets each (tfmgrader.hardened)
-            config.SandboxedExecute[name] = int(config.SandboxedExecute[name]) * limit("GRADER_RETRY_SCALE")
-        api = NbGraderAPI(config=config)
+        run = GradingRun.create(course, assignment, reports, verdicts=True)    # as the course configures it
+        api = api_from_config(run.config(patient=True))[0]
         for student in why:
             api.autograde(assignment, student, force=True, create=True)
     return why
