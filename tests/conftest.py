@@ -87,6 +87,17 @@ LONGEST_FIRST = ["test_grading.py", "test_site.py", "test_hub.py", "test_exercis
                  "test_checking.py"]
 
 
+def pytest_configure(config):
+    """Under pytest-xdist the workers share the cores: each worker, and every process it starts (the book's
+    kernels, graders, JupyterLab's kernels), gets its share of torch threads (``OMP_NUM_THREADS``, unless set)
+    instead of a pool per process as large as the machine, whose threads would wait for each other."""
+    workers = getattr(config, "workerinput", {}).get("workercount")
+    if workers and "OMP_NUM_THREADS" not in os.environ:
+        threads = max(1, len(os.sched_getaffinity(0)) // int(workers))
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))     # stable: the others keep their order

@@ -33,16 +33,25 @@ from sphinx.util import logging
 logger = logging.getLogger(__name__)
 
 
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def jobs() -> int:
     """How many notebooks to execute at once: ``TFMLIB_BOOK_JOBS``, else the number of usable cores."""
     if os.environ.get("TFMLIB_BOOK_JOBS"):
         return max(1, int(os.environ["TFMLIB_BOOK_JOBS"]))
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores()
 
 
-def _execute(nb_json: str, cwd: str, timeout: int | None, allow_errors: bool) -> tuple[str, float, str | None]:
-    """Run in a worker process: execute one notebook; returns (executed notebook as JSON, seconds, error)."""
+def _execute(nb_json: str, cwd: str, timeout: int | None, allow_errors: bool,
+             threads: int) -> tuple[str, float, str | None]:
+    """Run in a worker process: execute one notebook; returns (executed notebook as JSON, seconds, error).  The
+    kernel gets ``threads`` torch threads (``OMP_NUM_THREADS``, unless the build's environment sets it): the
+    notebooks run at once share the cores, and a pool of threads per kernel would wait for each other."""
     from jupyter_cache.executors.utils import single_nb_execution
+
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
 
     nb = nbformat.reads(nb_json, as_version=4)
     result = single_nb_execution(nb, cwd=cwd, timeout=timeout, allow_errors=allow_errors, meta_override=True)
@@ -95,10 +104,11 @@ def execute_in_parallel(app: Sphinx, env, docnames) -> None:
     logger.info(f"executing {len(pending)} notebooks, {n_jobs} at a time: "
                 + ", ".join(d for d, *_ in pending))
     start = time.monotonic()
+    threads = max(1, cores() // n_jobs)
     context = multiprocessing.get_context("spawn")   # a fresh interpreter: no Sphinx state forked
     with ProcessPoolExecutor(max_workers=n_jobs, mp_context=context) as pool:
         futures = {pool.submit(_execute, nbformat.writes(nb), str(path.parent), nb_config.execution_timeout,
-                               nb_config.execution_allow_errors): (docname, path, read_fmt)
+                               nb_config.execution_allow_errors, threads): (docname, path, read_fmt)
                    for docname, path, nb, read_fmt in pending}
         for future in as_completed(futures):
             docname, path, read_fmt = futures[future]
