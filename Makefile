@@ -4,8 +4,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+PYSTAMP := $(VENV)/.python-installed
 
-.PHONY: book test test-fast lab lab-instructor check validate release clean venv system-deps
+.PHONY: book test test-fast lab lab-instructor check validate release clean venv python-deps system-deps
 
 venv: $(STAMP)
 
@@ -14,10 +15,17 @@ venv: $(STAMP)
 # tests/book/test_hub.py then skips, or fails under CI.
 PROXY_VERSION := 5.3.0
 
-$(STAMP): pyproject.toml
+## python-deps: the Python half of the venv alone (it needs no system package, so .ci/run installs it while
+## system-deps runs); the venv target adds JupyterHub's proxy from npm.
+python-deps: $(PYSTAMP)
+
+$(PYSTAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[course,test]'
+	touch $(PYSTAMP)
+
+$(STAMP): $(PYSTAMP)
 	if command -v npm >/dev/null; then \
 	  npm install --prefix $(VENV)/node --no-audit --no-fund --loglevel=error configurable-http-proxy@$(PROXY_VERSION); \
 	else echo "make: no npm, so no JupyterHub proxy in $(VENV)/node (only the class's hub needs it)"; fi

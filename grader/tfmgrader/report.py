@@ -83,6 +83,24 @@ class NotebookReport:
         return report
 
 
+MAX_REASON_CHARS = 8000   # the course's longest reason is about 2,900; Python's csv module reads at most 131,072
+
+
+def joined(reasons: list[str]) -> str:
+    """``reasons`` joined by "; ", those past MAX_REASON_CHARS counted instead of listed (red-team round 39's 20,000
+    flagged names made a reason that Python's csv module could not read back from grades.csv)."""
+    text, kept = "", 0
+    for reason in reasons:
+        longer = f"{text}; {reason}" if kept else reason
+        if len(longer) > MAX_REASON_CHARS:
+            break
+        text, kept = longer, kept + 1
+    if not kept and reasons:            # one reason longer than the limit: its beginning
+        text, kept = f"{reasons[0][:MAX_REASON_CHARS]}…", 1
+    left = len(reasons) - kept
+    return f"{text}; and {left} more" if left else text
+
+
 @dataclass
 class SubmissionReport:
     """The report of one submission: ``{notebook name: NotebookReport}``."""
@@ -103,7 +121,7 @@ class SubmissionReport:
         flags = list(dict.fromkeys(f for nb in nbs for f in nb.problems()))  # submitted files: once, not per notebook
         setup = [nb.setup_error for nb in nbs if nb.setup_error]
         if setup:       # the environment's failure, not the learner's: never scored (selfcheck.SetupCheck)
-            return Status.ENVIRONMENT_ERROR, "; ".join(setup + flags)
+            return Status.ENVIRONMENT_ERROR, joined(setup + flags)
         invalid = [nb.invalid for nb in nbs if nb.invalid]
         if invalid:
             return Status.INVALID, "; ".join(invalid)
@@ -112,7 +130,7 @@ class SubmissionReport:
             return Status.CRASHED, "nbgrader could not grade it: " + (error[-1] if error else "unknown error")
         stopped = [nb for nb in nbs if nb.execution is not Execution.OK]
         if flags:     # what the learner's code attempted comes first, even if it also crashed or hung
-            return Status.FLAGGED, "; ".join(flags + [nb.stopped for nb in stopped])
+            return Status.FLAGGED, joined(flags + [nb.stopped for nb in stopped])
         for nb in stopped:
             return (Status.TIMED_OUT if nb.execution is Execution.TIMED_OUT else Status.CRASHED), nb.stopped
         return Status.GRADED, ""

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import heapq
 import html
 import importlib.util
 import io
@@ -72,6 +73,9 @@ PLACEHOLDER = "v"
 IN_ORDER_GAP = 4      # tokens of the unit allowed between two consecutive tokens of a reference's run (in_order)
 IN_ORDER_THRESHOLD = 0.9   # share of a reference found in order in a unit that flags the unit
 MAX_REORDER = 200     # blocks longer than this keep their order (the canonical order is quadratic)
+MAX_CELL_STATEMENTS = 1500  # a notebook of more statements is flagged, not compared (the course's have at most 220)
+MAX_STATEMENTS = 400   # a unit of more statements is not compared (canonical.py's passes are quadratic in them)
+REORDER_BUDGET = 4 * MAX_REORDER ** 2   # statement pairs compared per normalisation; past it, blocks keep order
 REPO = Path(__file__).resolve().parents[2]
 HIDDEN_TESTS_RE = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[^\n]*\n?", re.S | re.M)
 SOLUTION_RE = re.compile(r"[ \t]*### BEGIN SOLUTION\n.*?### END SOLUTION[^\n]*\n?", re.S)
@@ -179,24 +183,36 @@ def _canonical_order(body: list[ast.stmt], bound: set[str]) -> list[ast.stmt]:
 
     if not any(movable[i] and movable[i + 1] and i not in after[i + 1] for i in range(len(body) - 1)):
         return body                                     # nothing can move
-    keys: dict[int, str] = {}
-    placed, order = set(), []
-    while len(order) < len(body):
-        ready = [i for i in range(len(body)) if i not in placed and after[i] <= placed]
-        for n in ready:
-            if n not in keys:
-                keys[n] = key(n)
-        i = min(ready, key=keys.__getitem__)
-        placed.add(i)
+    waiting = [len(a) for a in after]                   # statements not yet placed that must come first
+    needed_by: list[list[int]] = [[] for _ in body]
+    for j, a in enumerate(after):
+        for i in a:
+            needed_by[i].append(j)
+    ready = [(key(i), i) for i in range(len(body)) if not waiting[i]]
+    heapq.heapify(ready)
+    order = []
+    while ready:                                        # the smallest ready key first, ties in the original order
+        _, i = heapq.heappop(ready)
         order.append(body[i])
+        for j in needed_by[i]:
+            waiting[j] -= 1
+            if not waiting[j]:
+                heapq.heappush(ready, (key(j), j))
     return order
 
 
 def _canonical(tree: ast.AST, bound: set[str]) -> None:
+    """Each block of ``tree`` in canonical order (``_canonical_order``), as long as the pairs of statements compared
+    stay within REORDER_BUDGET: a submission of many long blocks (red-team round 39 held copy detection, and the
+    whole batch, for more than 18 minutes with 100 blocks of 200 statements) keeps the order of the rest."""
+    budget = REORDER_BUDGET
     for node in ast.walk(tree):
         for attr in ("body", "orelse", "finalbody"):
             body = getattr(node, attr, None)
             if isinstance(body, list) and 1 < len(body) <= MAX_REORDER and all(isinstance(s, ast.stmt) for s in body):
+                budget -= len(body) ** 2
+                if budget < 0:
+                    return
                 setattr(node, attr, _canonical_order(body, bound))
 
 
@@ -210,6 +226,9 @@ def normalise(code: str | list[ast.stmt], inline: dict[str, ast.FunctionDef] | N
     by their bodies), every name it binds replaced by PLACEHOLDER (see the module's docstring)."""
     statements = ast.parse(code).body if isinstance(code, str) else [pickle.loads(pickle.dumps(s)) for s in code]
     module = ast.Module(body=statements, type_ignores=[])
+    size = sum(isinstance(node, ast.stmt) for node in ast.walk(module))
+    if size > MAX_STATEMENTS:     # red-team round 39: 1000 statements held copy detection for half a minute each
+        raise ValueError(f"{size} statements, more than copy detection compares ({MAX_STATEMENTS})")
     module.body = _strip_docstring(module.body) if isinstance(code, str) else module.body
     for node in ast.walk(module):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -496,6 +515,7 @@ def wide_unit(root: ast.AST, defs: dict[str, list[ast.AST]], graded: set[str], n
     a name bound to an expression that names functions (``given``: ``table = {"f": _impl}``, round 25); graded
     functions other than ``name`` excepted; at most ``limit`` definitions."""
     out, seen, todo = [], set(), [root]
+    reaches: dict[str, list[str]] = {}     # a name's definitions, computed once (round 39: 20000 names bound to one)
     while todo and len(out) < limit:
         node = todo.pop(0)
         if id(node) in seen:
@@ -504,17 +524,27 @@ def wide_unit(root: ast.AST, defs: dict[str, list[ast.AST]], graded: set[str], n
         out.append(node)
         for sub in ast.walk(node):
             ref = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else None
-            refs, names = [], [ref]
-            while names:                    # the name, and what the names it is bound to hold, transitively
-                n = names.pop()
-                if n is None or n in refs:
-                    continue
-                refs.append(n)
-                names += sorted((given or {}).get(n, ()))
-            for r in refs:
-                if r in defs and (r not in graded or r == name):
-                    todo += [d for d in defs[r] if id(d) not in seen]
+            if ref is None:
+                continue
+            if ref not in reaches:
+                reaches[ref] = [r for r in _bound_closure(ref, given or {})
+                                if r in defs and (r not in graded or r == name)]
+            for r in reaches[ref]:
+                todo += [d for d in defs[r] if id(d) not in seen]
     return out
+
+
+def _bound_closure(name: str, given: dict[str, set[str]]) -> list[str]:
+    """``name``, and what the names it is bound to hold, transitively (in the order they are found)."""
+    refs, found, names = [], set(), [name]
+    while names:
+        n = names.pop()
+        if n in found:
+            continue
+        found.add(n)
+        refs.append(n)
+        names += sorted(given.get(n, ()))
+    return refs
 
 
 def _as_function(node: ast.AST) -> ast.AST:
@@ -1272,6 +1302,7 @@ def compute_cell_units(student: str, cells: list[str], graded_cells: list[str], 
 def cell_units_or_none(student: str, cells: list[str], graded_cells: list[str],
                    graded: list[str]) -> dict[str, Unit] | None:
     try:
+        _check_size(cells)
         units = function_units(student, "student", graded_cells, graded)
         for name, alternates in alternate_units(student, cells, graded, units).items():
             if name in units:
@@ -1282,6 +1313,18 @@ def cell_units_or_none(student: str, cells: list[str], graded_cells: list[str],
         return units
     except (RecursionError, MemoryError, ValueError, SyntaxError):
         return None
+
+
+def _check_size(cells: list[str]) -> None:
+    """ValueError when ``cells`` hold more statements than copy detection reads (MAX_CELL_STATEMENTS): the notebook is
+    then flagged, unread (class_report.UNREAD), instead of holding the class's analysis for minutes (red-team round
+    39: 20000 statements in one helper took copy detection more than 18 minutes before its passes were bounded)."""
+    size = 0
+    for source in cells:
+        tree = parse_cell(source)
+        size += 0 if tree is None else sum(isinstance(node, ast.stmt) for node in ast.walk(tree))
+        if size > MAX_CELL_STATEMENTS:
+            raise ValueError(f"more than {MAX_CELL_STATEMENTS} statements, more than copy detection reads")
 
 
 def analyse_class(course: Path, assignment: str, students: list[str], submitted: Path,

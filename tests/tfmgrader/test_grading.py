@@ -140,6 +140,27 @@ def test_scan_accepts_honest_answers(code):
     assert scan_cells({5: code}, SETUP, TESTS, {"f"}) == []
 
 
+def test_a_reason_of_thousands_of_findings_stays_readable_in_grades_csv(tmp_path):
+    """Red-team round 39 wrote 20,000 names the scan flags: the reason listing each one was too long for Python's csv
+    module to read grades.csv back.  The reason keeps the first findings and counts the rest."""
+    from tfmgrader.files import write_csv
+    from tfmgrader.report import MAX_REASON_CHARS, joined
+
+    flags = scan_cells({5: "def f(x):\n" + "".join(f"    x = x + c{i}\n" for i in range(20000)) + "    return x"},
+                       SETUP, TESTS, {"f"})
+    reasons = list(dict.fromkeys(str(f) for f in flags))
+    assert len(reasons) == 20000
+    reason = joined(reasons)
+    assert len(reason) <= MAX_REASON_CHARS + 20 and reason.startswith(reasons[0] + "; " + reasons[1])
+    kept = reason.count("; ")       # the findings listed (none holds "; "), then "and N more"
+    assert reason.endswith(f"; and {20000 - kept} more"), reason[-60:]
+    assert joined(reasons[:3]) == "; ".join(reasons[:3])
+    path = tmp_path / "grades.csv"
+    write_csv(path, [{"student_id": "s", "reason": reason}])
+    with path.open(newline="") as f:
+        assert next(csv.DictReader(f))["reason"] == reason
+
+
 def test_scan_accepts_every_correct_style():
     """Every model solution and every answer of the correct-style corpus passes the scan unflagged."""
     import re

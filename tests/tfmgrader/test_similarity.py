@@ -923,3 +923,36 @@ def test_the_copies_of_red_team_round_37_are_flagged_with_their_source(path, tmp
     assert len(REDTEAM_37) == 9
     assignment = path.stem.split("-")[0]
     _flagged_with_the_solution(assignment, lambda text: path.read_text(), tmp_path)
+
+
+def _long_helper(blocks: int, per_block: int) -> str:
+    """A helper of ``blocks`` loops of ``per_block`` statements, every one adding a new name to one variable (what
+    red-team round 39 put beside its answer: 100 loops of 200 held copy detection for more than 18 minutes)."""
+    lines = ["def helper(x, q):"]
+    for b in range(blocks):
+        lines += ["    for _ in x:", f"        a{b} = 1", f"        b{b} = 2"]
+        lines += [f"        q = q + c{b}_{i}" for i in range(per_block - 2)]
+    return "\n".join(lines + ["    return q", ""])
+
+
+@pytest.mark.parametrize("blocks, per_block, unread", [(7, 200, False), (100, 200, True), (2, 800, True)])
+def test_a_long_notebook_is_read_in_bounded_time_or_flagged_unread(blocks, per_block, unread):
+    """Copy detection's cost stays bounded whatever the learner writes: below MAX_CELL_STATEMENTS a notebook is read
+    (its long blocks keep their order past REORDER_BUDGET, a unit past MAX_STATEMENTS is skipped), above it the
+    notebook is flagged unread; either way in seconds, and the answer beside the helper is still read."""
+    import time
+
+    from tfmgrader.class_report import UNREAD, copy_suspicions
+
+    a = "03_self_attention"
+    notebooks, graded, refs = sim.references(ROOT, a)
+    own = list(STYLES[a]["einsum-where"].values())
+    cells = own + [_long_helper(blocks, per_block)]
+    start = time.process_time()
+    units = {"long": sim.compute_cell_units("long", cells, cells, graded)}
+    spent = time.process_time() - start
+    assert spent < 10, f"{spent:.1f} s of CPU to read {blocks * per_block} statements"
+    assert (units["long"] == {}) is unread
+    analysis = sim.analyse(units, refs, graded, sim.release_cells(notebooks))
+    found = copy_suspicions(analysis, ["long"], scored=["long"])
+    assert (found["long"]["similar_to"] == UNREAD) is unread, found
