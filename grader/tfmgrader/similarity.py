@@ -74,7 +74,7 @@ IN_ORDER_GAP = 4      # tokens of the unit allowed between two consecutive token
 IN_ORDER_THRESHOLD = 0.9   # share of a reference found in order in a unit that flags the unit
 MAX_REORDER = 200     # blocks longer than this keep their order (the canonical order is quadratic)
 MAX_CELL_STATEMENTS = 1500  # a notebook of more statements is flagged, not compared (the course's have at most 220)
-MAX_STATEMENTS = 400   # a unit of more statements is not compared (canonical.py's passes are quadratic in them)
+MAX_STATEMENTS = 250   # a learner's unit of more statements flags the notebook, unread (canonical.py is quadratic)
 REORDER_BUDGET = 4 * MAX_REORDER ** 2   # statement pairs compared per normalisation; past it, blocks keep order
 REPO = Path(__file__).resolve().parents[2]
 HIDDEN_TESTS_RE = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[^\n]*\n?", re.S | re.M)
@@ -219,16 +219,22 @@ def _canonical(tree: ast.AST, bound: set[str]) -> None:
 CONTRACTS: dict[str, int] = {}   # graded function -> its number of parameters in the exercise (set by references())
 
 
+class TooLarge(ValueError):
+    """A learner's unit longer than copy detection reads (MAX_STATEMENTS): the notebook is flagged, never skipped."""
+
+
 def normalise(code: str | list[ast.stmt], inline: dict[str, ast.FunctionDef] | None = None,
-              function: str = "", keep_all: bool = False, inline_graded: bool = False) -> str:
+              function: str = "", keep_all: bool = False, inline_graded: bool = False,
+              max_statements: int | None = None) -> str:
     """The normalised text of ``code`` (source text, or statements): no docstrings, comments or layout, the
     disguises of ``canonical.py`` undone (``inline``: other functions of the answer whose calls may be replaced
-    by their bodies), every name it binds replaced by PLACEHOLDER (see the module's docstring)."""
+    by their bodies), every name it binds replaced by PLACEHOLDER (see the module's docstring).  A learner's code
+    of more than ``max_statements`` statements raises TooLarge (the course's own code has no limit)."""
     statements = ast.parse(code).body if isinstance(code, str) else [pickle.loads(pickle.dumps(s)) for s in code]
     module = ast.Module(body=statements, type_ignores=[])
     size = sum(isinstance(node, ast.stmt) for node in ast.walk(module))
-    if size > MAX_STATEMENTS:     # red-team round 39: 1000 statements held copy detection for half a minute each
-        raise ValueError(f"{size} statements, more than copy detection compares ({MAX_STATEMENTS})")
+    if max_statements is not None and size > max_statements:   # round 39: 1000 took half a minute each
+        raise TooLarge(f"{size} statements, more than copy detection compares ({max_statements})")
     module.body = _strip_docstring(module.body) if isinstance(code, str) else module.body
     for node in ast.walk(module):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -409,14 +415,17 @@ def other_graded(name: str, defs: dict[str, ast.FunctionDef], graded: list[str])
 
 
 def function_units(label: str, kind: str, cells: list[str], graded: list[str]) -> dict[str, Unit]:
-    """``{graded function: Unit}`` for the functions of ``graded`` that ``cells`` define."""
+    """``{graded function: Unit}`` for the functions of ``graded`` that ``cells`` define (a student's: at most
+    MAX_STATEMENTS statements each, else TooLarge)."""
+    limit = MAX_STATEMENTS if kind == "student" else None
     defs = cell_functions(cells)
     units = {}
     for name in graded:
         if name in defs:
             statements = unit(name, defs, set(graded))
             others = other_graded(name, defs, graded)
-            units[name] = Unit(label, kind, name, unit_source(statements), normalise(statements, others, name))
+            units[name] = Unit(label, kind, name, unit_source(statements),
+                               normalise(statements, others, name, max_statements=limit))
     return units
 
 
@@ -612,9 +621,11 @@ def alternate_units(label: str, cells: list[str], graded: list[str], main: dict[
         if len(pooled) > 1:
             try:
                 units.append(Unit(label, "student", name, unit_source(pooled),
-                                  normalise(pooled, other_graded(name, flat, graded), name, keep_all=True),
-                                  pooled=True))
+                                  normalise(pooled, other_graded(name, flat, graded), name, keep_all=True,
+                                            max_statements=MAX_STATEMENTS), pooled=True))
                 shown.add(units[-1].source)
+            except TooLarge:
+                raise             # not read is flagged, never skipped (an attacker chooses the size)
             except (SyntaxError, ValueError, RecursionError):
                 pass
         for root in roots:
@@ -625,7 +636,9 @@ def alternate_units(label: str, cells: list[str], graded: list[str], main: dict[
                 continue
             shown.add(source)
             try:
-                text = normalise(statements, other_graded(name, flat, graded), name)
+                text = normalise(statements, other_graded(name, flat, graded), name, max_statements=MAX_STATEMENTS)
+            except TooLarge:
+                raise
             except (SyntaxError, ValueError, RecursionError):
                 continue
             units.append(Unit(label, "student", name, source, text, orphan=orphan,

@@ -935,11 +935,14 @@ def _long_helper(blocks: int, per_block: int) -> str:
     return "\n".join(lines + ["    return q", ""])
 
 
-@pytest.mark.parametrize("blocks, per_block, unread", [(7, 200, False), (100, 200, True), (2, 800, True)])
+@pytest.mark.parametrize("blocks, per_block, unread", [(2, 60, False), (7, 200, True), (100, 200, True),
+                                                      (2, 800, True)])
 def test_a_long_notebook_is_read_in_bounded_time_or_flagged_unread(blocks, per_block, unread):
-    """Copy detection's cost stays bounded whatever the learner writes: below MAX_CELL_STATEMENTS a notebook is read
-    (its long blocks keep their order past REORDER_BUDGET, a unit past MAX_STATEMENTS is skipped), above it the
-    notebook is flagged unread; either way in seconds, and the answer beside the helper is still read."""
+    """Copy detection's cost stays bounded whatever the learner writes: a notebook of at most MAX_CELL_STATEMENTS
+    statements whose units hold at most MAX_STATEMENTS each is read (its long blocks keep their order past
+    REORDER_BUDGET); past either limit it is flagged unread, never read in part (the helper is compared with every
+    graded function, so a unit it makes too long is not skipped: a copy padded past the limit would go unread
+    and unflagged); either way in seconds."""
     import time
 
     from tfmgrader.class_report import UNREAD, copy_suspicions
