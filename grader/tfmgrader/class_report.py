@@ -17,10 +17,18 @@ from tfmgrader import similarity
 from tfmgrader.files import write_csv
 
 
-def columns(analysis, students: list[str]) -> dict[str, dict[str, str]]:
-    """grades.csv's two similarity columns of each student (empty for a submission with nothing to compare)."""
-    return {s: similarity.summary(analysis, s) if analysis is not None else {"similar_to": "", "similarity": ""}
-            for s in students}
+def columns(analysis, students: list[str], scored=(), failed: str = "") -> dict[str, dict[str, str]]:
+    """grades.csv's two similarity columns of each student: the closest source of their most similar graded
+    function ("(flagged)" when copy detection flags it), empty for a submission with nothing to compare.  A
+    student of ``scored`` whose graded functions copy detection read none of is flagged ``UNREAD`` there too, and,
+    when the analysis failed (``analysis`` None), with ``failed``: grades.csv shows every flag the gradebook has."""
+    empty = {"similar_to": "", "similarity": ""}
+    if analysis is None:
+        flag = {"similar_to": f"{failed} (flagged)", "similarity": ""} if failed else empty
+        return {s: dict(flag) if s in scored else dict(empty) for s in students}
+    read = {student for student, _ in analysis.matches}
+    return {s: {"similar_to": f"{UNREAD} (flagged)", "similarity": ""} if s in scored and s not in read
+            else similarity.summary(analysis, s) for s in students}
 
 
 #: What a submission that scored with none of its graded functions readable is flagged with: copy detection reads
@@ -70,7 +78,7 @@ def write_class_reports(course: Path, assignment: str, out: Path, students: list
                         db_url: str | None = None, rows: list[dict] = ()) -> tuple[list[str], dict[str, dict]]:
     """Write the class reports into ``out``, beside grades.csv; returns (the paths written, grades.csv's similarity
     columns of each student).  ``rows``: the class's grades.csv rows (who scored)."""
-    written, analysis = [], None
+    written, analysis, failed = [], None, ""
     try:
         analysis = similarity.analyse_class(course, assignment, students, submitted, source_dir)
         write_csv(out / "similarity.csv", similarity.rows(analysis))
@@ -81,10 +89,10 @@ def write_class_reports(course: Path, assignment: str, out: Path, students: list
     except Exception as err:  # noqa: BLE001 - the grades stand; every scored submission is flagged for review
         print(f"copy detection failed, grades.csv has no similarity ({type(err).__name__}: {err})")
         traceback.print_exc()
+        failed = f"copy detection failed ({type(err).__name__}): review by hand"
         if db_url:
-            failed = {"similar_to": f"copy detection failed ({type(err).__name__}): review by hand", "similarity": ""}
             try:
-                save_suspicions(db_url, assignment, {s: failed for s in scored(rows)})
+                save_suspicions(db_url, assignment, {s: {"similar_to": failed, "similarity": ""} for s in scored(rows)})
             except Exception as err2:  # noqa: BLE001
                 print(f"could not flag the class in the gradebook ({type(err2).__name__}: {err2})")
     if analysis is not None and db_url:
@@ -94,10 +102,11 @@ def write_class_reports(course: Path, assignment: str, out: Path, students: list
             print(f"could not save the copy suspicions in the gradebook ({type(err).__name__}: {err})")
             traceback.print_exc()
     try:
-        found = columns(analysis, students)
+        found = columns(analysis, students, scored(rows), failed)
     except Exception as err:  # noqa: BLE001
         print(f"could not summarise copy detection for grades.csv ({type(err).__name__}: {err})")
-        found = columns(None, students)
+        found = columns(None, students, scored(rows), f"copy detection's summary failed ({type(err).__name__}): "
+                                                      "review by hand")
     try:
         notebooks = sorted((course / source_dir / assignment).glob("*.ipynb"))
         autograded = {s: sorted((course / autograded_dir / s / assignment).glob("*.ipynb")) for s in students}

@@ -76,6 +76,7 @@ MAX_REORDER = 200     # blocks longer than this keep their order (the canonical 
 MAX_CELL_STATEMENTS = 1500  # a notebook of more statements is flagged, not compared (the course's have at most 220)
 MAX_STATEMENTS = 250   # a learner's unit of more statements flags the notebook, unread (canonical.py is quadratic)
 REORDER_BUDGET = 4 * MAX_REORDER ** 2   # statement pairs compared per normalisation; past it, blocks keep order
+MAX_READ_STATEMENTS = 1000   # statements normalised for a notebook's units in all (the course's: 108), else unread
 REPO = Path(__file__).resolve().parents[2]
 HIDDEN_TESTS_RE = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[^\n]*\n?", re.S | re.M)
 SOLUTION_RE = re.compile(r"[ \t]*### BEGIN SOLUTION\n.*?### END SOLUTION[^\n]*\n?", re.S)
@@ -220,7 +221,22 @@ CONTRACTS: dict[str, int] = {}   # graded function -> its number of parameters i
 
 
 class TooLarge(ValueError):
-    """A learner's unit longer than copy detection reads (MAX_STATEMENTS): the notebook is flagged, never skipped."""
+    """A learner's unit longer than copy detection reads (MAX_STATEMENTS), or units more than it reads in all
+    (MAX_READ_STATEMENTS): the notebook is flagged, never skipped."""
+
+
+class Reading:
+    """What reading one learner's notebook may cost: statements normalised, all its units together (the main unit
+    and every alternate of each graded function); past ``limit``, TooLarge.  Every unit is read whole or the
+    notebook is flagged: none is left out to stay within the limit."""
+
+    def __init__(self, limit: int = MAX_READ_STATEMENTS):
+        self.limit = self.left = limit
+
+    def spend(self, statements: list[ast.stmt]) -> None:
+        self.left -= sum(isinstance(node, ast.stmt) for s in statements for node in ast.walk(s))
+        if self.left < 0:
+            raise TooLarge(f"more than {self.limit} statements to compare, more than copy detection reads")
 
 
 def normalise(code: str | list[ast.stmt], inline: dict[str, ast.FunctionDef] | None = None,
@@ -414,15 +430,18 @@ def other_graded(name: str, defs: dict[str, ast.FunctionDef], graded: list[str])
     return out
 
 
-def function_units(label: str, kind: str, cells: list[str], graded: list[str]) -> dict[str, Unit]:
+def function_units(label: str, kind: str, cells: list[str], graded: list[str],
+                   reading: Reading | None = None) -> dict[str, Unit]:
     """``{graded function: Unit}`` for the functions of ``graded`` that ``cells`` define (a student's: at most
-    MAX_STATEMENTS statements each, else TooLarge)."""
+    MAX_STATEMENTS statements each, and what ``reading`` allows in all, else TooLarge)."""
     limit = MAX_STATEMENTS if kind == "student" else None
     defs = cell_functions(cells)
     units = {}
     for name in graded:
         if name in defs:
             statements = unit(name, defs, set(graded))
+            if reading is not None:
+                reading.spend(statements)
             others = other_graded(name, defs, graded)
             units[name] = Unit(label, kind, name, unit_source(statements),
                                normalise(statements, others, name, max_statements=limit))
@@ -572,14 +591,17 @@ def _as_function(node: ast.AST) -> ast.AST:
     return copy_
 
 
-def alternate_units(label: str, cells: list[str], graded: list[str], main: dict[str, Unit]) -> dict[str, list[Unit]]:
+def alternate_units(label: str, cells: list[str], graded: list[str], main: dict[str, Unit],
+                    reading: Reading | None = None) -> dict[str, list[Unit]]:
     """``{graded function: [Unit]}``: besides the unit the cells leave bound when every statement runs (``main``),
-    one unit for every definition the function's name may hold when they run otherwise (``every_definition``)."""
+    one unit for every definition the function's name may hold when they run otherwise (``every_definition``).
+    Every definition is read, or none: code that cannot be read (a literal ``ast.unparse`` cannot write, deep
+    nesting) or more than ``reading`` allows raises, and the notebook is flagged unread (red-team round 40 hid the
+    worked solution in an alternate holding a 4,000-digit literal, which was skipped, behind a decoy too short to
+    attribute).  Every definition of a name is a root (no first twenty only): their cost is ``reading``'s."""
+    reading = reading or Reading()
     defs, given = every_definition(cells)
-    try:
-        top = module_given(cells)
-    except (SyntaxError, ValueError, RecursionError):
-        top = {}
+    top = module_given(cells)
     flat = cell_functions(cells)
     everything = list({id(d): d for ds in defs.values() for d in ds}.values())
     if len(everything) > MAX_DEFINITIONS:
@@ -595,15 +617,15 @@ def alternate_units(label: str, cells: list[str], graded: list[str], main: dict[
                 todo += sorted(given.get(n, ()))
         roots = []
         for n in sorted(names):
-            for root in defs.get(n, [])[:20]:
+            for root in defs.get(n, []):
                 # the definition, and each function it reaches on its own (a helper or a method holding the copy,
                 # which the normalisation would drop as unused beside a one-line wrapper)
                 roots += [r for r in wide_unit(root, defs, set(graded), name, given=given) if r not in roots]
         roots_of[name] = roots
         # what it reaches only through a container or a binding of the module, not by any name it calls (round 27)
-        named = {id(r) for n in sorted(names) for root in defs.get(n, [])[:20]
+        named = {id(r) for n in sorted(names) for root in defs.get(n, [])
                  for r in wide_unit(root, defs, set(graded), name)}
-        through = {id(r) for n in sorted(names) for root in defs.get(n, [])[:20]
+        through = {id(r) for n in sorted(names) for root in defs.get(n, [])
                    for r in wide_unit(root, defs, set(graded), name, given=top)}
         indirect_of[name] = through - named
     # A function no graded name reaches by any name (round 25 kept the copy in a dict filled by subscript, which
@@ -619,15 +641,11 @@ def alternate_units(label: str, cells: list[str], graded: list[str], main: dict[
         # alone, each called only through a list): the share of it found in a source
         pooled = [_as_function(d) for d in roots]
         if len(pooled) > 1:
-            try:
-                units.append(Unit(label, "student", name, unit_source(pooled),
-                                  normalise(pooled, other_graded(name, flat, graded), name, keep_all=True,
-                                            max_statements=MAX_STATEMENTS), pooled=True))
-                shown.add(units[-1].source)
-            except TooLarge:
-                raise             # not read is flagged, never skipped (an attacker chooses the size)
-            except (SyntaxError, ValueError, RecursionError):
-                pass
+            reading.spend(pooled)
+            units.append(Unit(label, "student", name, unit_source(pooled),
+                              normalise(pooled, other_graded(name, flat, graded), name, keep_all=True,
+                                        max_statements=MAX_STATEMENTS), pooled=True))
+            shown.add(units[-1].source)
         for root in roots:
             orphan = id(root) not in reached
             statements = [_as_function(d) for d in wide_unit(root, defs, set(graded), name, given=given)]
@@ -635,12 +653,8 @@ def alternate_units(label: str, cells: list[str], graded: list[str], main: dict[
             if source in shown:
                 continue
             shown.add(source)
-            try:
-                text = normalise(statements, other_graded(name, flat, graded), name, max_statements=MAX_STATEMENTS)
-            except TooLarge:
-                raise
-            except (SyntaxError, ValueError, RecursionError):
-                continue
+            reading.spend(statements)
+            text = normalise(statements, other_graded(name, flat, graded), name, max_statements=MAX_STATEMENTS)
             units.append(Unit(label, "student", name, source, text, orphan=orphan,
                               indirect=id(root) in indirect_of[name]))
         if units:
@@ -1314,17 +1328,24 @@ def compute_cell_units(student: str, cells: list[str], graded_cells: list[str], 
 
 def cell_units_or_none(student: str, cells: list[str], graded_cells: list[str],
                    graded: list[str]) -> dict[str, Unit] | None:
+    """``compute_cell_units``, or None when any of the code copy detection would compare cannot be read whole: too
+    long (MAX_CELL_STATEMENTS, MAX_STATEMENTS, MAX_READ_STATEMENTS, MAX_DEFINITIONS), or code that cannot be
+    normalised or cut into tokens.  A scored notebook read as None is flagged (class_report.UNREAD)."""
     try:
         _check_size(cells)
-        units = function_units(student, "student", graded_cells, graded)
-        for name, alternates in alternate_units(student, cells, graded, units).items():
+        reading = Reading()
+        units = function_units(student, "student", graded_cells, graded, reading)
+        for name, alternates in alternate_units(student, cells, graded, units, reading).items():
             if name in units:
                 units[name].alternates = alternates
             else:
                 units[name] = alternates[0]
                 units[name].alternates = alternates[1:]
+        for u in units.values():
+            for piece in [u, *u.alternates]:
+                tokens(piece.normalised)   # what Fingerprints.add cuts: untokenisable would compare as empty
         return units
-    except (RecursionError, MemoryError, ValueError, SyntaxError):
+    except (RecursionError, MemoryError, ValueError, SyntaxError, tokenize.TokenError):
         return None
 
 

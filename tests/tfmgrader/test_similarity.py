@@ -608,7 +608,7 @@ ROUND_25 = {"operators-as-methods": _operators_as_methods, "literals-rewritten":
                                   "try-pass-padding", "module-forward", "class-init", "dict-entry",
                                   "split-through-list", "identity-wrapped", "converting-wrapped",
                                   "boxed-dict", "boxed-namespace", "literals-rewritten",
-                                  "operators-as-methods"])
+                                  "operators-as-methods", "after-many-decoys"])
 def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     """Round 15 of the blind red team pasted the worked solution where copy detection did not read it, while the
     grader ran it: answer cells saved as Markdown or raw cells (nbgrader makes them code again), every line indented
@@ -621,8 +621,9 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     Exception: pass`` before every statement, and the body moved where Python calls it without its name (a module's
     ``forward``, a class's ``__init__``, a function kept in a dict).  Round 29: every value wrapped in a call that
     returns it.  Round 32: every variable kept in a slot of a dict or a namespace.  Round 33: the literals written
-    as other expressions of the same value.  Round 34: operators written as tensor methods.  Each is found with the
-    solution as its source, and each computes what the solution computes."""
+    as other expressions of the same value.  Round 34: operators written as tensor methods.  Round 40's check:
+    under ``if True:`` after twenty-one decoys of its name (each definition of a name is compared).  Each is found with
+    the solution as its source, and each computes what the solution computes."""
     import nbformat
 
     a = "03_self_attention"
@@ -646,6 +647,8 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
                 "\nscaled_dot_product_attention = [_attend][0]\n"
         elif hide == "if-true":
             source = "if True:\n" + "\n".join("    " + line for line in source.splitlines())
+        elif hide == "after-many-decoys" and "def scaled_dot_product_attention(" in source:
+            source = "\n".join([STUB] * 21) + "\nif True:\n" + "\n".join("    " + line for line in source.splitlines())
         elif hide == "decoy-after-error" and "def scaled_dot_product_attention(" in source:
             source += "\n\n\nif len(str(1)) == 1:\n    raise SystemExit\n" + STUB
         elif hide == "tuple" and "def scaled_dot_product_attention(" in source:
@@ -680,6 +683,64 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
         (hide, match.similarity)
 
 
+@pytest.mark.parametrize("unreadable", ["huge-literal", "deep-nesting"])
+def test_code_copy_detection_cannot_read_flags_the_notebook_wherever_it_sits(unreadable):
+    """Red-team round 40: a decoy too short to attribute as the function's last definition, and the worked solution
+    under ``if True:`` before it, holding a literal of 4,000 digits (``ast.unparse`` cannot write it: Python's limit on
+    an int's digits).  Copy detection skipped that definition as unreadable and compared the decoy alone: full
+    marks, unflagged.  Code it cannot read, wherever it sits (the last definition, an alternate, the pooled unit),
+    leaves the whole notebook unread, and a notebook that scored is flagged."""
+    from tfmgrader.class_report import UNREAD, columns, copy_suspicions
+
+    a = "03_self_attention"
+    notebooks, graded, refs = sim.references(ROOT, a)
+    cells = []
+    for cell in nbformat_read(ROOT / "solutions" / a / f"{a}.ipynb").cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            source = "\n".join(line for line in cell.source.splitlines() if "### " not in line)
+            if "def scaled_dot_product_attention(" in source:
+                if unreadable == "huge-literal":
+                    source = source.replace("(q, k, v, mask=None):", "(q, k, v, mask=None):\n    _H = 0x" + "f" * 4000, 1)
+                else:
+                    source = source.replace("(q, k, v, mask=None):", "(q, k, v, mask=None):\n    _H = "
+                                            + "-" * 1000 + "0", 1)     # compiles; normalising it recurses too deep
+                source = "if True:\n" + "\n".join("    " + line for line in source.splitlines()) + "\n" + STUB
+            cells.append(source)
+    compile("\n".join(cells), "<answer>", "exec")       # Python runs it
+    assert sim.compute_cell_units("hider", cells, cells, graded) == {}
+    analysis = sim.analyse({"hider": {}}, refs, graded, sim.release_cells(notebooks))
+    assert copy_suspicions(analysis, ["hider"], scored=["hider"])["hider"]["similar_to"] == UNREAD
+    assert columns(analysis, ["hider"], scored=["hider"])["hider"]["similar_to"] == f"{UNREAD} (flagged)"
+
+
+def test_a_notebook_is_read_within_a_budget_of_statements_or_flagged():
+    """Every unit copy detection compares costs statements to normalise: past MAX_READ_STATEMENTS for one notebook
+    (the course's answers read at most 108) it is flagged unread instead of comparing some of its definitions and
+    leaving the others out.  Six definitions of each graded function, 29 statements each: every unit is within
+    MAX_STATEMENTS, all of them together are not; two of each are read."""
+    a = "03_self_attention"
+    notebooks, graded, refs = sim.references(ROOT, a)
+
+    def definitions(count):
+        body = "".join(f"    x{i} = a + {i}\n" for i in range(28))
+        return ["\n".join(f"def {name}(a, b=None):\n{body}    return x{j} * {j}\n" for j in range(count))
+                for name in graded]
+
+    many, few = definitions(6), definitions(2)
+    with pytest.raises(sim.TooLarge, match="more than 1000 statements"):   # the budget's, not one unit's limit
+        reading = sim.Reading()
+        units = sim.function_units("many", "student", many, graded, reading)
+        sim.alternate_units("many", many, graded, units, reading)
+    assert sim.compute_cell_units("many", many, many, graded) == {}
+    assert sorted(sim.compute_cell_units("few", few, few, graded)) == sorted(graded)
+
+
+def nbformat_read(path):
+    import nbformat
+
+    return nbformat.read(path, as_version=4)
+
+
 def test_in_order_measures_what_of_the_reference_survives_insertions_not_rewriting():
     """``similarity.in_order``: tokens inserted between the reference's (up to the gap) leave it whole; more
     inserted, a rewritten half, or a unit that holds the tokens out of order do not."""
@@ -695,7 +756,7 @@ def test_in_order_measures_what_of_the_reference_survives_insertions_not_rewriti
 def test_a_scored_notebook_whose_graded_functions_copy_detection_cannot_read_is_flagged():
     """Copy detection reads the code the kernel runs; a notebook that scores with none of its graded functions found
     hid them from it (red-team round 23 did, twice): fail closed, the submission is flagged for review."""
-    from tfmgrader.class_report import UNREAD, copy_suspicions
+    from tfmgrader.class_report import UNREAD, columns, copy_suspicions
 
     a = "03_self_attention"
     notebooks, graded, refs = sim.references(ROOT, a)
@@ -705,6 +766,13 @@ def test_a_scored_notebook_whose_graded_functions_copy_detection_cannot_read_is_
     found = copy_suspicions(analysis, ["honest", "hidden", "blank"], scored=["honest", "hidden"])
     assert found["hidden"]["similar_to"] == UNREAD
     assert found["honest"]["similar_to"] == "" and found["blank"]["similar_to"] == "", found
+    # grades.csv shows the same flag, as it shows a copy: "(flagged)" in its similar_to column
+    shown = columns(analysis, ["honest", "hidden", "blank"], scored=["honest", "hidden"])
+    assert shown["hidden"]["similar_to"] == f"{UNREAD} (flagged)", shown
+    assert "(flagged)" not in shown["honest"]["similar_to"] and shown["blank"]["similar_to"] == "", shown
+    failed = columns(None, ["honest", "blank"], scored=["honest"], failed="copy detection failed (MemoryError)")
+    assert failed == {"honest": {"similar_to": "copy detection failed (MemoryError) (flagged)", "similarity": ""},
+                      "blank": {"similar_to": "", "similarity": ""}}, failed
 
 
 @pytest.mark.slow
@@ -945,7 +1013,7 @@ def test_a_long_notebook_is_read_in_bounded_time_or_flagged_unread(blocks, per_b
     and unflagged); either way in seconds."""
     import time
 
-    from tfmgrader.class_report import UNREAD, copy_suspicions
+    from tfmgrader.class_report import UNREAD, columns, copy_suspicions
 
     a = "03_self_attention"
     notebooks, graded, refs = sim.references(ROOT, a)
@@ -959,3 +1027,4 @@ def test_a_long_notebook_is_read_in_bounded_time_or_flagged_unread(blocks, per_b
     analysis = sim.analyse(units, refs, graded, sim.release_cells(notebooks))
     found = copy_suspicions(analysis, ["long"], scored=["long"])
     assert (found["long"]["similar_to"] == UNREAD) is unread, found
+    assert (columns(analysis, ["long"], scored=["long"])["long"]["similar_to"] == f"{UNREAD} (flagged)") is unread
