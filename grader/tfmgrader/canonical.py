@@ -21,10 +21,11 @@ the syntax tree of a unit (a function and the helpers it calls) into one form fo
   ``F.f(x, ...)`` and ``x.f(...)``; ``dim=`` given by name or position; ``x.size(i)`` and ``x.shape[i]``;
   ``b, t, d = x.shape`` and three subscripts; ``x += y`` and ``x = x + y``; ``a > b`` and ``b < a``;
   ``float("-inf")``, ``-math.inf`` and ``-torch.inf``; ``x.pow(2)``, ``torch.square(x)`` and ``x ** 2``;
-  ``1.0`` and ``1``; ``.contiguous()``, ``.clone()`` and ``.detach()`` dropped; ``x.sin()`` and the other
+  ``1.0`` and ``1``; ``.contiguous()``, ``.clone()``, ``.detach()``, conversions (``x.double()``, ``x.to(...)``,
+  ``x.type_as(y)``) and ``x.view_as(y)``, ``x.reshape_as(y)`` dropped; ``x.sin()`` and the other
   methods of ``METHOD_FORM``; a dimension
   written as ``1`` or ``-1`` (``DIM``); ``x[:, None]`` and ``x.unsqueeze(1)``; ``torch.zeros((n, d))`` and
-  ``torch.zeros(n, d)``; ``torch.double``, ``torch.float64``, ``x.double()`` and ``x.to(torch.float64)``; a
+  ``torch.zeros(n, d)``; ``torch.double`` and ``torch.float64``; a
   ``permute`` that swaps two axes and ``transpose``; ``(g,) = f()`` and ``g = f()[0]``; ``mask == 0`` and
   ``~mask``; ``a, b = [f(w) for w in (u, v)]`` and ``a, b = f(u), f(v)``; the answer's own functions called
   with their arguments by position; a call of the answer's own helper that returns one of its parameters
@@ -69,6 +70,8 @@ DTYPES = {"torch.double": "float64", "torch.float": "float32", "torch.long": "in
 CASTS = {"double": "float64", "float": "float32", "long": "int64", "int": "int32", "half": "float16",
          "bool": "bool"}
 # constructors whose size may be given as one tuple or as several arguments
+# a tensor's values as another's type, device or shape (dropped, as the conversions of CASTS and x.to(...) are)
+LIKE = {"type_as", "view_as", "reshape_as"}
 SIZED = {"torch.zeros", "torch.ones", "torch.empty", "torch.rand", "torch.randn"}
 SIZED_METHODS = {"view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_empty"}
 DIM_FIRST = {"softmax", "log_softmax", "sum", "mean", "amax", "amin", "argsort", "any", "all", "cumsum", "var",
@@ -624,9 +627,8 @@ class Spellings(ast.NodeTransformer):
         if fn in SIZED_METHODS and len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)) and not kw \
                 and not any(isinstance(e, ast.Starred) for e in args[0].elts):
             node.args = args = list(args[0].elts)     # x.view((b, t, d)) -> x.view(b, t, d)
-        if fn in CASTS and not args and not kw:        # x.double() -> x.to(torch.float64)
-            return ast.Call(ast.Attribute(obj, "to", ast.Load()),
-                            [ast.Attribute(ast.Name("torch", ast.Load()), CASTS[fn], ast.Load())], [])
+        if fn in CASTS and not args and not kw or fn == "to" or fn in LIKE and len(args) == 1 and not kw:
+            return obj           # round 41: x.type_as(q) after every value; a conversion keeps the values
         if fn == "permute" and args and not kw and all(isinstance(a, ast.Constant) and type(a.value) is int
                                                        for a in args):
             swap = _single_swap([a.value for a in args])   # permute(0, 2, 1, 3) -> transpose(1, 2)
@@ -925,6 +927,40 @@ def _picked(expr: ast.expr) -> ast.expr:
     return expr
 
 
+def _sequenced(s: ast.stmt) -> list[ast.stmt] | None:
+    """Statements written as one expression, as those statements (red-team round 41 wrote the worked solution as one
+    lambda): ``return [e1, ..., en][-1]`` (an assignment or an expression statement too, any item picked by a
+    constant index) runs the other items for their effects, then the statement on the picked one; a list or set
+    comprehension evaluated as a statement, ``[f(x) for x in xs if c]``, is the loop it runs.  None: not such a
+    statement."""
+    value = getattr(s, "value", None) if isinstance(s, (ast.Return, ast.Assign, ast.Expr)) else None
+    if isinstance(value, ast.Subscript) and isinstance(value.value, (ast.Tuple, ast.List)) \
+            and len(value.value.elts) > 1 and not any(isinstance(e, ast.Starred) for e in value.value.elts):
+        items, i = value.value.elts, _index_of(value, len(value.value.elts))
+        if i is not None:
+            s.value = items[i]
+            return [ast.Expr(e) for j, e in enumerate(items) if j != i] + [s]
+    if isinstance(s, ast.Expr) and isinstance(s.value, (ast.ListComp, ast.SetComp)) \
+            and not any(g.is_async for g in s.value.generators):
+        body: list[ast.stmt] = [ast.Expr(s.value.elt)]
+        for g in reversed(s.value.generators):
+            for test in reversed(g.ifs):
+                body = [ast.If(test, body, [])]
+            body = [ast.For(g.target, g.iter, body, [], lineno=0)]
+        return body
+    return None
+
+
+def _index_of(expr: ast.Subscript, n: int) -> int | None:
+    """The item ``expr``'s constant index picks of its ``n`` items (``[...][-1]``: the last), else None."""
+    index = expr.slice
+    if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub) and isinstance(index.operand, ast.Constant):
+        index = ast.Constant(-index.operand.value) if type(index.operand.value) is int else None
+    if isinstance(index, ast.Constant) and type(index.value) is int and -n <= index.value < n:
+        return index.value % n
+    return None
+
+
 def _negated(test: ast.expr) -> ast.expr:
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return test.operand
@@ -1044,6 +1080,11 @@ def _as_assignments(body: list[ast.stmt], function: bool) -> bool:
     out, changed, queue = [], False, list(reversed(body))
     while queue:
         s = queue.pop()
+        sequence = _sequenced(s)
+        if sequence is not None:
+            changed = True
+            queue += reversed(sequence)
+            continue
         walrus = _Walrus()
         if isinstance(s, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr)) and s.value is not None:
             s.value = walrus.visit(s.value)

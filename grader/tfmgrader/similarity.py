@@ -393,7 +393,64 @@ def parsed_cells(cells: list[str]):
     for tree, clean in parsed:
         if aliases:
             canonical.Aliased(aliases).visit(tree)
+        _lambdas_as_definitions(tree.body)
         yield tree, clean
+
+
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _lambdas_as_definitions(body: list[ast.stmt]) -> None:
+    """A lambda outside a function is a function definition too (red-team round 41 bound the worked solution, as
+    one lambda, to the graded function's name): ``f = lambda a: e`` becomes ``def f(a): return e``, and any other
+    lambda (in a container, an argument, a call) ``def _lambda<n>(a): return e`` just before its statement, the
+    lambda replaced by that name.  Statements at any depth of the module and of classes; a function's own lambdas
+    are part of its code (canonical.py reads ``f = lambda`` there)."""
+    out = []
+    for s in body:
+        for part in _BODIES:
+            inner = getattr(s, part, None)
+            if isinstance(inner, list):
+                for item in inner:          # except handlers and match cases hold their own bodies
+                    if isinstance(item, (ast.ExceptHandler, ast.match_case)):
+                        _lambdas_as_definitions(item.body)
+                if inner and isinstance(inner[0], ast.stmt):
+                    _lambdas_as_definitions(inner)
+        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.append(s)
+            continue
+        if isinstance(s, (ast.Assign, ast.AnnAssign)) and isinstance(s.value, ast.Lambda) and \
+                len(getattr(s, "targets", [None])) == 1 and \
+                isinstance(s.targets[0] if isinstance(s, ast.Assign) else s.target, ast.Name):
+            name = (s.targets[0] if isinstance(s, ast.Assign) else s.target).id
+            out.append(_lambda_def(name, s.value, s))
+            continue
+        hoisted = _Hoisted(s)
+        for part, value in ast.iter_fields(s):
+            if part in _BODIES:
+                continue
+            if isinstance(value, ast.AST):
+                setattr(s, part, hoisted.visit(value))
+            elif isinstance(value, list):
+                setattr(s, part, [hoisted.visit(v) if isinstance(v, ast.AST) else v for v in value])
+        out += hoisted.definitions + [s]
+    body[:] = out
+
+
+def _lambda_def(name: str, node: ast.Lambda, where: ast.AST) -> ast.FunctionDef:
+    return ast.copy_location(ast.FunctionDef(name, node.args, [ast.Return(node.body)], [], None), where)
+
+
+class _Hoisted(ast.NodeTransformer):
+    """Each lambda of one statement's expressions as the name of a definition put before it."""
+
+    def __init__(self, statement: ast.stmt):
+        self.statement, self.definitions = statement, []
+
+    def visit_Lambda(self, node):
+        name = f"_lambda{getattr(node, 'lineno', 0)}_{getattr(node, 'col_offset', 0)}_{len(self.definitions)}"
+        self.definitions.append(_lambda_def(name, node, self.statement))
+        return ast.copy_location(ast.Name(name, ast.Load()), node)
 
 
 def cell_functions(cells: list[str]) -> dict[str, ast.FunctionDef]:
@@ -639,7 +696,13 @@ def alternate_units(label: str, cells: list[str], graded: list[str], main: dict[
         roots = roots_of[name] + [d for d in orphans if d.name == name or d.name not in graded]
         # all of it as one piece, every function kept (round 27 cut a copy into pieces too short to attribute
         # alone, each called only through a list): the share of it found in a source
-        pooled = [_as_function(d) for d in roots]
+        # with the other graded functions it calls, and theirs: round 41 ran the worked solution's body in another
+        # graded function, called with more arguments than its exercise gives it (read alone, with those
+        # arguments at their defaults, that code was dead)
+        whole = list(roots)
+        for root in roots:
+            whole += [r for r in wide_unit(root, defs, {name}, name, given=given) if r not in whole]
+        pooled = [_as_function(d) for d in whole]
         if len(pooled) > 1:
             reading.spend(pooled)
             units.append(Unit(label, "student", name, unit_source(pooled),
@@ -1077,13 +1140,19 @@ class Fingerprints:
 
 
     def reference_share(self, u: Unit, ref: Unit) -> float:
-        """``in_order(ref, u)`` when it reaches IN_ORDER_THRESHOLD, else 0 (our normalisation only).  Only a
+        """``in_order(ref, u)``, or of the reference's body alone (its ``def`` line left out), when it reaches
+        IN_ORDER_THRESHOLD, else 0 (our normalisation only).  Only a
         reference written for the same function (tfmlib's and the solution's): a site's cell is any code, and a
         short one may be found in order in a long answer of another function (an independent ``fit_power_law``
         held the site's ``compute_optimal``, 0.98)."""
         if self.mode != "ast" or not u.encoded or not ref.encoded or ref.function != u.function:
             return 0.0
         share = in_order(ref.encoded, u.encoded, self.k, IN_ORDER_GAP, IN_ORDER_THRESHOLD)
+        newline = self.vocab.get("<nl>")
+        if share < IN_ORDER_THRESHOLD and newline and ref.normalised.startswith(("def ", "async def ")) \
+                and newline in ref.encoded:         # its body alone (round 41 moved it into another function)
+            body = ref.encoded[ref.encoded.index(newline) + 1:]
+            share = max(share, in_order(body, u.encoded, self.k, IN_ORDER_GAP, IN_ORDER_THRESHOLD))
         return share if share >= IN_ORDER_THRESHOLD else 0.0
 
 

@@ -602,13 +602,46 @@ ROUND_25 = {"operators-as-methods": _operators_as_methods, "literals-rewritten":
             "class-init": lambda s: _moved(s, "class-init"), "dict-entry": lambda s: _moved(s, "dict-entry")}
 
 
+SDPA_AS_LAMBDA = """scaled_dot_product_attention = lambda q, k, v, mask=None: [
+    d_k := q.shape[-1],
+    scores := q @ k.transpose(-2, -1) / math.sqrt(d_k),
+    scores := scores.masked_fill(~mask, float("-inf")) if mask is not None else scores,
+    scores := scores.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0) if mask is not None else scores,
+    weights := torch.softmax(scores, dim=-1),
+    weights := weights.masked_fill(~mask, 0.0) if mask is not None else weights,
+    (weights @ v, weights),
+][-1]
+"""
+
+
+def _typed_as_q(source):
+    for old, new in [("q @ k.transpose(-2, -1)", "q.type_as(q) @ k.transpose(-2, -1).type_as(q)"),
+                     ("torch.softmax(scores, dim=-1)", "torch.softmax(scores.type_as(q), dim=-1).type_as(q)"),
+                     ("0.0)", "0.0).type_as(q)"), ("return weights @ v, weights", "return (weights @ v).type_as(q), weights")]:
+        assert old in source, old
+        source = source.replace(old, new)
+    return source
+
+
+def _inside_causal_mask(source):
+    body = source[source.index("    d_k = "):]
+    return ("def causal_mask(n, q=None, k=None, v=None, mask=None):\n    if q is None:\n"
+            "        return torch.ones(n, n, dtype=torch.bool).tril()\n" + body +
+            "\n\ndef scaled_dot_product_attention(q, k, v, mask=None):\n    return causal_mask(None, q, k, v, mask)\n")
+
+
+ROUND_41 = {"module-lambda": lambda s: SDPA_AS_LAMBDA, "type-as-everywhere": _typed_as_q,
+            "inside-another-graded": _inside_causal_mask}
+
+
 @pytest.mark.parametrize("hide", ["markdown", "raw", "indented", "prompts", "alias",
                                   "if-true", "decoy-after-error", "tuple", "methods", "second-notebook",
                                   "marked-read-only", "percent-in-string",
                                   "try-pass-padding", "module-forward", "class-init", "dict-entry",
                                   "split-through-list", "identity-wrapped", "converting-wrapped",
                                   "boxed-dict", "boxed-namespace", "literals-rewritten",
-                                  "operators-as-methods", "after-many-decoys"])
+                                  "operators-as-methods", "after-many-decoys", "module-lambda", "type-as-everywhere",
+                                  "inside-another-graded"])
 def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     """Round 15 of the blind red team pasted the worked solution where copy detection did not read it, while the
     grader ran it: answer cells saved as Markdown or raw cells (nbgrader makes them code again), every line indented
@@ -622,7 +655,9 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
     ``forward``, a class's ``__init__``, a function kept in a dict).  Round 29: every value wrapped in a call that
     returns it.  Round 32: every variable kept in a slot of a dict or a namespace.  Round 33: the literals written
     as other expressions of the same value.  Round 34: operators written as tensor methods.  Round 40's check:
-    under ``if True:`` after twenty-one decoys of its name (each definition of a name is compared).  Each is found with
+    under ``if True:`` after twenty-one decoys of its name (each definition of a name is compared).  Round 41: one
+    lambda bound to the name, its statements a list of assignment expressions; ``.type_as(q)`` after every value;
+    the body run by another graded function, called with more arguments than its exercise gives it.  Each is found with
     the solution as its source, and each computes what the solution computes."""
     import nbformat
 
@@ -647,6 +682,12 @@ def test_copy_detection_reads_the_answer_as_the_grader_runs_it(hide, tmp_path):
                 "\nscaled_dot_product_attention = [_attend][0]\n"
         elif hide == "if-true":
             source = "if True:\n" + "\n".join("    " + line for line in source.splitlines())
+        elif hide in ROUND_41 and "def scaled_dot_product_attention(" in source:
+            original, source = source, ROUND_41[hide](source)
+            if hide != "inside-another-graded":
+                _same_sdpa(original, source)
+        elif hide == "inside-another-graded" and "def causal_mask(" in source:
+            source = "# causal_mask is defined with the attention above\n"
         elif hide == "after-many-decoys" and "def scaled_dot_product_attention(" in source:
             source = "\n".join([STUB] * 21) + "\nif True:\n" + "\n".join("    " + line for line in source.splitlines())
         elif hide == "decoy-after-error" and "def scaled_dot_product_attention(" in source:
