@@ -57,16 +57,13 @@ book: $(STAMP)
 	$(COMPILE)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/jupyter-book build . --warningiserror --keep-going
 
-## test: every test, the book build and the browser checks included.  TEST_WORKERS test files run at a time
-## (pytest-xdist, whole files per process, so a file's module fixtures are built once), the longest files first
-## (tests/conftest.py, LONGEST_FIRST), so that the cores stay busy to the end.  One more worker than the course's
-## machine has cores: a file waiting on a browser, a hub, a server or a deadline leaves its core to the others.
-TEST_WORKERS ?= 3
+## test: every test, the book build and the browser checks included.  Two test files run at a time (pytest-xdist,
+## whole files per process, so a file's module fixtures are built once), the longest files first
+## (tests/conftest.py, LONGEST_FIRST), so that both cores stay busy to the end.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(COMPILE)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
-	  --durations=40
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=40
 
 ## test-fast: the library's tests only (seconds)
 test-fast: $(STAMP)

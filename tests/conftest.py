@@ -74,9 +74,9 @@ def headless_chromium(window: str, timeout_s: float, profile: str, logging: bool
 # correct styles were left to test_verdicts (about 170 and 110 after), test_feedback 163, test_verdicts 135,
 # test_lab 111, test_closure 72, test_similarity 69, test_orphans 56, test_forkserver 52; down to 15 s for the
 # last named here, the others a few seconds each.
-# `make test` hands whole files to its workers (the Makefile's TEST_WORKERS) in this order (pytest-xdist's --dist
-# loadfile --no-loadscope-reorder), and gives a worker its next file a little before it ends the current one: with
-# the long files first and only short ones left at the end, no worker waits long for the others (a 90 s file
+# `make test` hands whole files to two workers in this order (pytest-xdist's --dist loadfile
+# --no-loadscope-reorder), and gives a worker its next file a little before it ends the current one: with the
+# long files first and only short ones left at the end, neither worker waits long for the other (a 90 s file
 # left among the last ones kept a core idle for a minute and a half).
 LONGEST_FIRST = ["test_grading.py", "test_site.py", "test_hub.py", "test_exercises.py", "test_selfcheck.py",
                  "test_memory_check.py", "test_grading_scale.py", "test_feedback.py", "test_verdicts.py",

@@ -43,7 +43,7 @@ def test_the_summary_names_each_group_once_and_the_install_command():
 
 
 def test_a_machine_without_the_packages_ends_make_test_with_the_summary():
-    """As `make test` runs (pytest-xdist workers), with every requirement reported missing: the tests that need them skip,
+    """As `make test` runs (two workers), with every requirement reported missing: the tests that need them skip,
     and the last lines name every group and the install command; under CI the same run fails."""
     proc = run_pytest("-n", "2", "--dist", "loadfile", "-q", *PROBES, **{PRETEND_ENV: "all"})
     out = proc.stdout + proc.stderr
