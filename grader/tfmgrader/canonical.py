@@ -915,14 +915,11 @@ class _Walrus(ast.NodeTransformer):
 def _picked(expr: ast.expr) -> ast.expr:
     """``(a, b, c)[-1]`` as ``c`` where the other items are names or constants (what is left of a chain of assignment
     expressions once they are taken out)."""
-    index = expr.slice if isinstance(expr, ast.Subscript) else None
-    if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub) and isinstance(index.operand, ast.Constant):
-        index = ast.Constant(-index.operand.value) if type(index.operand.value) is int else None
-    if isinstance(expr, ast.Subscript) and isinstance(expr.value, (ast.Tuple, ast.List)) and \
-            isinstance(index, ast.Constant) and type(index.value) is int:
-        items, i = expr.value.elts, index.value
-        if -len(items) <= i < len(items) and not any(isinstance(e, ast.Starred) for e in items) and \
-                all(isinstance(e, (ast.Name, ast.Constant)) for j, e in enumerate(items) if j != i % len(items)):
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, (ast.Tuple, ast.List)):
+        items = expr.value.elts
+        i = _index_of(expr, len(items))
+        if i is not None and not any(isinstance(e, ast.Starred) for e in items) and \
+                all(isinstance(e, (ast.Name, ast.Constant)) for j, e in enumerate(items) if j != i):
             return items[i]
     return expr
 

@@ -419,11 +419,9 @@ def _lambdas_as_definitions(body: list[ast.stmt]) -> None:
         if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
             out.append(s)
             continue
-        if isinstance(s, (ast.Assign, ast.AnnAssign)) and isinstance(s.value, ast.Lambda) and \
-                len(getattr(s, "targets", [None])) == 1 and \
-                isinstance(s.targets[0] if isinstance(s, ast.Assign) else s.target, ast.Name):
-            name = (s.targets[0] if isinstance(s, ast.Assign) else s.target).id
-            out.append(_lambda_def(name, s.value, s))
+        targets = s.targets if isinstance(s, ast.Assign) else [s.target] if isinstance(s, ast.AnnAssign) else []
+        if len(targets) == 1 and isinstance(targets[0], ast.Name) and isinstance(s.value, ast.Lambda):
+            out.append(_lambda_def(targets[0].id, s.value, s))
             continue
         hoisted = _Hoisted(s)
         for part, value in ast.iter_fields(s):
