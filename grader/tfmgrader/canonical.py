@@ -23,7 +23,8 @@ the syntax tree of a unit (a function and the helpers it calls) into one form fo
   ``float("-inf")``, ``-math.inf`` and ``-torch.inf``; ``x.pow(2)``, ``torch.square(x)`` and ``x ** 2``;
   ``1.0`` and ``1``; ``.contiguous()``, ``.clone()``, ``.detach()``, conversions (``x.double()``, ``x.to(...)``,
   ``x.type_as(y)``) and ``x.view_as(y)``, ``x.reshape_as(y)`` dropped; ``x.sin()`` and the other
-  methods of ``METHOD_FORM``; a dimension
+  methods of ``METHOD_FORM``; ``e / e.sum(dim, keepdim=True)`` of ``e = (x - x's max).exp()`` and
+  ``x.softmax(dim)``; a dimension
   written as ``1`` or ``-1`` (``DIM``); ``x[:, None]`` and ``x.unsqueeze(1)``; ``torch.zeros((n, d))`` and
   ``torch.zeros(n, d)``; ``torch.double`` and ``torch.float64``; a
   ``permute`` that swaps two axes and ``transpose``; ``(g,) = f()`` and ``g = f()[0]``; ``mask == 0`` and
@@ -398,6 +399,44 @@ def _keywords_by_position(node: ast.Call, name: str | None) -> None:
         node.keywords.remove(k)
 
 
+def _reduced_over(node: ast.expr, method: str) -> tuple[ast.expr, str] | None:
+    """``x.<method>(dim, keepdim=True)`` -> ``(x, dump of dim)``; None for anything else."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == method \
+            and len(node.args) == 1 and [(k.arg, isinstance(k.value, ast.Constant) and k.value.value is True)
+                                        for k in node.keywords] == [("keepdim", True)]:
+        return node.func.value, ast.dump(node.args[0])
+    return None
+
+
+def _row_max(node: ast.expr) -> tuple[ast.expr, str] | None:
+    """``x.amax(dim, keepdim=True)``, ``x.max(dim, keepdim=True).values`` or ``...[0]`` -> ``(x, dump of dim)``."""
+    if isinstance(node, ast.Attribute) and node.attr == "values":
+        return _reduced_over(node.value, "max")
+    if isinstance(node, ast.Subscript) and _const(node.slice, 0):
+        return _reduced_over(node.value, "max")
+    return _reduced_over(node, "amax")
+
+
+def _softmax_written_out(node: ast.BinOp) -> ast.expr | None:
+    """``e / e.sum(dim, keepdim=True)`` where ``e`` is ``x.exp()`` or ``(x - <x's max over dim>).exp()`` ->
+    ``x.softmax(dim)`` (round 42 wrote softmax out by hand)."""
+    if not isinstance(node.op, ast.Div):
+        return None
+    total = _reduced_over(node.right, "sum")
+    e = node.left
+    if total is None or ast.dump(total[0]) != ast.dump(e) or not (
+            isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "exp" and not e.args
+            and not e.keywords):
+        return None
+    x = e.func.value
+    if isinstance(x, ast.BinOp) and isinstance(x.op, ast.Sub):
+        peak = _row_max(x.right)
+        if peak is not None and peak[1] == total[1] and ast.dump(peak[0]) == ast.dump(x.left):
+            x = x.left
+    dim = node.right.args[0]
+    return ast.Call(ast.Attribute(x, "softmax", ast.Load()), [dim], [])
+
+
 def _same_constant(a, b) -> bool:
     return type(a) is type(b) and a == b
 
@@ -547,6 +586,9 @@ class Spellings(ast.NodeTransformer):
     def visit_BinOp(self, node):
         self.generic_visit(node)
         left, right = node.left, node.right
+        softmax = _softmax_written_out(node)
+        if softmax is not None:
+            return softmax
         if isinstance(node.op, ast.Div):
             if _is_pow(right, 0.5):                       # a / d ** 0.5  ->  a * d ** -0.5
                 inv = _pow(right.left, -0.5)
@@ -1960,6 +2002,19 @@ def _positional(func: ast.AST, signatures: dict[str, ast.arguments]) -> None:
         node.args, node.keywords = args, [k for k in node.keywords if k.arg in given]
 
 
+class _SoftmaxFold(ast.NodeTransformer):
+    """``_softmax_written_out`` once the temporaries are read where they are used (``simplify_function``)."""
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        return _softmax_written_out(node) or node
+
+
+def _simplified(tree: ast.AST) -> None:
+    simplify_function(tree)
+    _SoftmaxFold().visit(tree)
+
+
 def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] | None = None,
                  contract: int | None = None, keep_all: bool = False, inline_graded: bool = False) -> list[ast.stmt]:
     """The unit's statements (modified in place and returned) with the disguises undone.  The first function
@@ -1973,7 +2028,7 @@ def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] 
     if len(funcs) < len(statements):                # a code cell: its own statements too
         rest = ast.Module([s for s in statements if s not in funcs], [])
         Spellings().visit(rest)
-        simplify_function(rest)
+        _simplified(rest)
         statements = [s for s in statements if s in funcs] + rest.body
     if funcs and contract is not None:
         _specialise(funcs[0], contract)
@@ -1982,7 +2037,7 @@ def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] 
         _positional(f, signatures)
     for f in funcs:
         Spellings().visit(f)
-        simplify_function(f)
+        _simplified(f)
     others = {name: copy.deepcopy(f) for name, f in (inline or {}).items()}
     for f in others.values():
         LiteralValues().visit(f)
@@ -1991,7 +2046,7 @@ def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] 
         _drop_identities(funcs, funcs[0], list(others.values()))
     extra = {}
     for name, f in others.items():
-        simplify_function(f)
+        _simplified(f)
         # only a one-line graded function (split_heads, merge_heads): a longer one is a unit of its own, and
         # a function that calls it (decoder_block calls layer_norm) is judged on its own code
         # (``inline_graded``: every one, for the second reading of a reference, ``similarity.inlined_variants``)
@@ -2010,7 +2065,7 @@ def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] 
                 break
             for f in funcs:
                 Spellings().visit(f)
-                simplify_function(f)
+                _simplified(f)
         used = {n.id for f in funcs for n in ast.walk(f) if isinstance(n, ast.Name)}
         statements = [s for s in statements if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
                       or s is main or s.name in used or keep_all]

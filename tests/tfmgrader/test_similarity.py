@@ -56,6 +56,26 @@ def test_copydetect_filter_erases_attribute_names():
         sim.normalise("y = x.reshape(b, t, h, d).permute(1, 2)")
 
 
+SOFTMAX_BY_HAND = {
+    "max-subtracted": "    s = s - s.amax(-1, keepdim=True)\n    e = s.exp()\n    w = e / e.sum(-1, keepdim=True)\n",
+    "max-values": "    e = torch.exp(s - s.max(dim=-1, keepdim=True).values)\n    w = e / e.sum(dim=-1, keepdim=True)\n",
+    "max-first-item": "    e = torch.exp(s - torch.max(s, -1, keepdim=True)[0])\n    w = e / torch.sum(e, -1, keepdim=True)\n",
+    "no-max": "    e = torch.exp(s)\n    w = e / e.sum(dim=-1, keepdim=True)\n",
+}
+
+
+@pytest.mark.parametrize("how", sorted(SOFTMAX_BY_HAND))
+def test_softmax_written_out_reads_as_softmax(how):
+    """Red-team round 42 wrote the softmax out (exp of the scores less their maximum, over its sum) beside other
+    rewrites: the normalisation reads it as ``softmax`` over that dimension; what it is the softmax of loses the
+    maximum taken away only when that is the same tensor's over the same dimension."""
+    head, tail = "def f(s, v):\n", "    return w @ v\n"
+    softmax = sim.normalise(head + "    w = torch.softmax(s, dim=-1)\n" + tail)
+    assert sim.normalise(head + SOFTMAX_BY_HAND[how] + tail) == softmax
+    other = head + "    e = torch.exp(s - v.amax(-1, keepdim=True))\n    w = e / e.sum(-1, keepdim=True)\n" + tail
+    assert sim.normalise(other) != softmax and "softmax" in sim.normalise(other)
+
+
 @pytest.mark.parametrize("how", KINDS)
 def test_each_disguise_normalises_back_to_the_copied_code(how):
     """A disguised copy of the solution is flagged with the solution as its source."""
