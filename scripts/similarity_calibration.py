@@ -188,7 +188,7 @@ def dolos_records(assignment: str, half: str, k: int, window: int, cache: dict) 
     if key in cache:
         return cache[key]
     records(assignment, half, K_DEFAULT, "ast", cache)        # the units, as ours sees them
-    notebooks, graded, refs, units, expected = cache[(assignment, half, "ast")]
+    notebooks, graded, refs, units, expected, _ = cache[(assignment, half, "ast")]
     ignore = "\n\n".join(sim.release_cells(notebooks))
     by_label = {u.label: u for u in refs}
     groups, members = [], []
@@ -242,15 +242,21 @@ def records(assignment: str, half: str, k: int, mode: str, cache: dict) -> list[
             units = {s: sim.function_units(s, "student", list(dict.fromkeys(functions.values())), graded)
                      for s, functions in subs.items()}
             units = {s: {n: u for n, u in us.items() if n in subs[s]} for s, us in units.items()}
+            unread = set()
             for s, us in units.items():     # what else each name may hold when run, as grade.py compares it
                 cells = list(dict.fromkeys(subs[s].values()))
-                for n, alternates in sim.alternate_units(s, cells, graded, us).items():
+                try:
+                    found = sim.alternate_units(s, cells, graded, us)
+                except sim.TooLarge:        # past the reading budget grade.py flags the notebook, unread
+                    unread.add(s)
+                    continue
+                for n, alternates in found.items():
                     if n in us:
                         us[n].alternates = alternates
         finally:
             sim.CANONICAL = True
-        cache[key0] = (notebooks, graded, refs, units, expected)
-    notebooks, graded, refs, units, expected = cache[key0]
+        cache[key0] = (notebooks, graded, refs, units, expected, unread)
+    notebooks, graded, refs, units, expected, unread = cache[key0]
     key = (assignment, half, mode, k)
     if key in cache:
         return cache[key]
@@ -289,7 +295,7 @@ def records(assignment: str, half: str, k: int, mode: str, cache: dict) -> list[
                 variants.append((v.size, scored))
             out.append({"student": student, "function": name, "role": exp.role, "kind": exp.kind,
                         "round": exp.round, "size": u.size, "want": want, "scored": variants[0][1],
-                        "variants": variants[1:]})
+                        "variants": variants[1:], "unread": student in unread})
     cache[key] = out
     return out
 
@@ -364,9 +370,11 @@ def evaluate(assignment: str, half: str, k: int, threshold: float, min_tokens: i
          "false4": 0, "independent_short": 0, "misses": [], "false": []}
     for r in records(assignment, half, k, mode, cache):
         r = chosen_variant(r, threshold, min_tokens)
-        short = r["size"] < min_tokens
+        short = r["size"] < min_tokens and not r.get("unread")
         similarity, label, right = decide(r, threshold, min_tokens)
         flagged = not short and similarity >= threshold
+        if r.get("unread"):     # flagged for review with no source named (``similarity.TooLarge``)
+            similarity, label, right, flagged = 0.0, "UNREAD (past the reading budget)", False, True
         where = f"{r['student']} {r['function']} ({r['size']} tokens): {similarity:.2f} ~ {label}"
         if r["role"] in ("copy", "original"):
             if short:
