@@ -586,9 +586,6 @@ class Spellings(ast.NodeTransformer):
     def visit_BinOp(self, node):
         self.generic_visit(node)
         left, right = node.left, node.right
-        softmax = _softmax_written_out(node)
-        if softmax is not None:
-            return softmax
         if isinstance(node.op, ast.Div):
             if _is_pow(right, 0.5):                       # a / d ** 0.5  ->  a * d ** -0.5
                 inv = _pow(right.left, -0.5)
@@ -2003,7 +2000,8 @@ def _positional(func: ast.AST, signatures: dict[str, ast.arguments]) -> None:
 
 
 class _SoftmaxFold(ast.NodeTransformer):
-    """``_softmax_written_out`` once the temporaries are read where they are used (``simplify_function``)."""
+    """``_softmax_written_out`` wherever it applies, once the spellings are one and the temporaries are read where
+    they are used (``simplify_function``): the one place it runs."""
 
     def visit_BinOp(self, node):
         self.generic_visit(node)
