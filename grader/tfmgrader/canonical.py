@@ -23,8 +23,10 @@ the syntax tree of a unit (a function and the helpers it calls) into one form fo
   ``float("-inf")``, ``-math.inf`` and ``-torch.inf``; ``x.pow(2)``, ``torch.square(x)`` and ``x ** 2``;
   ``1.0`` and ``1``; ``.contiguous()``, ``.clone()``, ``.detach()``, conversions (``x.double()``, ``x.to(...)``,
   ``x.type_as(y)``) and ``x.view_as(y)``, ``x.reshape_as(y)`` dropped; ``x.sin()`` and the other
-  methods of ``METHOD_FORM``; ``e / e.sum(dim, keepdim=True)`` of ``e = (x - x's max).exp()`` and
-  ``x.softmax(dim)``; a dimension
+  methods of ``METHOD_FORM``; ``e / e.sum(dim, keepdim=True)`` of ``e = (x - x's max).exp()``, its
+  pairwise form ``1 / (x.unsqueeze(-2) - x.unsqueeze(-1)).exp().sum(-1)``, ``(x - x.logsumexp(dim,
+  keepdim=True)).exp()``, ``x.log_softmax(dim).exp()`` and ``x.softmax(dim)``; ``x.sum(d).unsqueeze(d)`` and
+  ``x.sum(d, keepdim=True)``; ``x.reciprocal()``, ``x ** -1`` and ``1 / x``; ``a * (1 / b)`` and ``a / b``; a dimension
   written as ``1`` or ``-1`` (``DIM``); ``x[:, None]`` and ``x.unsqueeze(1)``; ``torch.zeros((n, d))`` and
   ``torch.zeros(n, d)``; ``torch.double`` and ``torch.float64``; a
   ``permute`` that swaps two axes and ``transpose``; ``(g,) = f()`` and ``g = f()[0]``; ``mask == 0`` and
@@ -408,6 +410,28 @@ def _reduced_over(node: ast.expr, method: str) -> tuple[ast.expr, str] | None:
     return None
 
 
+def _same_dim(a: ast.expr, b: ast.expr) -> bool:
+    """The same dimension as far as the spellings tell (a number is ``DIM`` to them, see ``_int_like``)."""
+    def number(n):
+        return _int_like(n) or isinstance(n, ast.Name) and n.id == "DIM"
+    return ast.dump(a) == ast.dump(b) or number(a) and number(b)
+
+
+def _keepdim_restored(node: ast.expr, dim: ast.expr) -> ast.expr | None:
+    """``x.sum(d)`` (or another reduction of ``KEEPDIM_SECOND``, ``x.max(d).values``, ``x.max(d)[0]``) whose
+    dimension ``unsqueeze(d)`` puts back: the reduction with ``keepdim=True`` (round 43); None otherwise."""
+    reduced, pick = node, None
+    if isinstance(node, ast.Attribute) and node.attr in ("values",) or \
+            isinstance(node, ast.Subscript) and _const(node.slice, 0):
+        reduced, pick = node.value, node
+    if not (isinstance(reduced, ast.Call) and isinstance(reduced.func, ast.Attribute) and len(reduced.args) == 1
+            and not reduced.keywords and _same_dim(reduced.args[0], dim)
+            and reduced.func.attr in (("max", "min") if pick is not None else KEEPDIM_SECOND)):
+        return None
+    reduced.keywords = [ast.keyword("keepdim", ast.Constant(True))]
+    return pick if pick is not None else reduced
+
+
 def _row_max(node: ast.expr) -> tuple[ast.expr, str] | None:
     """``x.amax(dim, keepdim=True)``, ``x.max(dim, keepdim=True).values`` or ``...[0]`` -> ``(x, dump of dim)``."""
     if isinstance(node, ast.Attribute) and node.attr == "values":
@@ -417,11 +441,53 @@ def _row_max(node: ast.expr) -> tuple[ast.expr, str] | None:
     return _reduced_over(node, "amax")
 
 
+def _method(node: ast.expr, name: str, n_args: int = 0) -> ast.expr | None:
+    """``x.<name>(<n_args arguments>)`` without keywords -> ``x``; None for anything else."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == name \
+            and len(node.args) == n_args and not node.keywords:
+        return node.func.value
+    return None
+
+
+def _softmax_pairwise(node: ast.BinOp) -> ast.expr | None:
+    """``1 / (x.unsqueeze(a) - x.unsqueeze(b)).exp().sum(dim)``: each weight as one over the sum of
+    ``exp(x_j - x_i)`` (round 43) -> ``x.softmax(dim)``."""
+    if not (isinstance(node.op, ast.Div) and _const(node.left, 1)):
+        return None
+    e = _method(node.right, "sum", 1)
+    d = _method(e, "exp") if e is not None else None
+    if not (isinstance(d, ast.BinOp) and isinstance(d.op, ast.Sub)):
+        return None
+    a, b = _method(d.left, "unsqueeze", 1), _method(d.right, "unsqueeze", 1)
+    if a is None or b is None or ast.dump(a) != ast.dump(b):
+        return None
+    return ast.Call(ast.Attribute(a, "softmax", ast.Load()), [node.right.args[0]], [])
+
+
+def _softmax_from_log(node: ast.Call) -> ast.expr | None:
+    """``(x - x.logsumexp(dim, keepdim=True)).exp()`` and ``x.log_softmax(dim).exp()`` -> ``x.softmax(dim)``
+    (round 43)."""
+    inner = _method(node, "exp")
+    if inner is None:
+        return None
+    if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "log_softmax" \
+            and len(inner.args) == 1 and not inner.keywords:
+        return ast.Call(ast.Attribute(inner.func.value, "softmax", ast.Load()), list(inner.args), [])
+    if isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Sub):
+        lse = _reduced_over(inner.right, "logsumexp")
+        if lse is not None and ast.dump(lse[0]) == ast.dump(inner.left):
+            return ast.Call(ast.Attribute(inner.left, "softmax", ast.Load()), [inner.right.args[0]], [])
+    return None
+
+
 def _softmax_written_out(node: ast.BinOp) -> ast.expr | None:
     """``e / e.sum(dim, keepdim=True)`` where ``e`` is ``x.exp()`` or ``(x - <x's max over dim>).exp()`` ->
-    ``x.softmax(dim)`` (round 42 wrote softmax out by hand)."""
+    ``x.softmax(dim)`` (round 42 wrote softmax out by hand); the pairwise form of ``_softmax_pairwise``."""
     if not isinstance(node.op, ast.Div):
         return None
+    pairwise = _softmax_pairwise(node)
+    if pairwise is not None:
+        return pairwise
     total = _reduced_over(node.right, "sum")
     e = node.left
     if total is None or ast.dump(total[0]) != ast.dump(e) or not (
@@ -596,6 +662,13 @@ class Spellings(ast.NodeTransformer):
             return _pow(left.left, -0.5)                  # (d ** 0.5) ** -1
         if isinstance(node.op, ast.Pow) and _is_pow(left, 0.5) and _const(right, 2):
             return left.left
+        if isinstance(node.op, ast.Pow) and _neg_const(right, 1):     # x ** -1 -> 1 / x (round 43)
+            return ast.BinOp(ast.Constant(1), ast.Div(), left)
+        if isinstance(node.op, ast.Mult):                             # a * (1 / b) -> a / b
+            for a, b in ((left, right), (right, left)):
+                if isinstance(b, ast.BinOp) and isinstance(b.op, ast.Div) and _const(b.left, 1) \
+                        and not _const(a, 1):
+                    return ast.BinOp(a, ast.Div(), b.right)
         if isinstance(node.op, ast.Mult) and _const(right, 1):
             return left
         if isinstance(node.op, ast.Mult) and _const(left, 1):
@@ -694,6 +767,12 @@ class Spellings(ast.NodeTransformer):
             return _pow(obj, 2)
         if fn == "pow" and len(args) == 1 and not kw:
             return ast.BinOp(obj, ast.Pow(), args[0])
+        if fn == "reciprocal" and not args and not kw:
+            return ast.BinOp(ast.Constant(1), ast.Div(), obj)
+        if fn == "unsqueeze" and len(args) == 1 and not kw:
+            kept = _keepdim_restored(obj, args[0])
+            if kept is not None:
+                return kept
         if fn == "neg" and not args and not kw:
             return ast.UnaryOp(ast.USub(), obj)
         if fn == "logical_not" and not args and not kw:
@@ -2006,6 +2085,10 @@ class _SoftmaxFold(ast.NodeTransformer):
     def visit_BinOp(self, node):
         self.generic_visit(node)
         return _softmax_written_out(node) or node
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        return _softmax_from_log(node) or node
 
 
 def _simplified(tree: ast.AST) -> None:

@@ -61,6 +61,16 @@ SOFTMAX_BY_HAND = {
     "max-values": "    e = torch.exp(s - s.max(dim=-1, keepdim=True).values)\n    w = e / e.sum(dim=-1, keepdim=True)\n",
     "max-first-item": "    e = torch.exp(s - torch.max(s, -1, keepdim=True)[0])\n    w = e / torch.sum(e, -1, keepdim=True)\n",
     "no-max": "    e = torch.exp(s)\n    w = e / e.sum(dim=-1, keepdim=True)\n",
+    # round 43: the same softmax in its other equivalent forms, and the kept dimension put back by hand
+    "pairwise": "    w = 1 / torch.exp(s.unsqueeze(-2) - s.unsqueeze(-1)).sum(dim=-1)\n",
+    "pairwise-reciprocal": "    w = torch.exp(s[..., None, :] - s[..., :, None]).sum(-1).reciprocal()\n",
+    "pairwise-power": "    d = s.unsqueeze(-2) - s.unsqueeze(-1)\n    w = d.exp().sum(-1) ** -1\n",
+    "log-sum-exp": "    w = torch.exp(s - torch.logsumexp(s, dim=-1, keepdim=True))\n",
+    "log-sum-exp-unsqueezed": "    w = (s - s.logsumexp(-1).unsqueeze(-1)).exp()\n",
+    "log-softmax": "    w = torch.log_softmax(s, -1).exp()\n",
+    "sum-indexed-none": "    e = s.exp()\n    w = e / e.sum(-1)[..., None]\n",
+    "times-reciprocal": "    e = (s - s.max(-1).values.unsqueeze(-1)).exp()\n    w = e * (1 / e.sum(-1, keepdim=True))\n",
+    "reciprocal-times": "    e = (s - s.max(-1)[0][:, None]).exp()\n    w = e.sum(-1, keepdim=True).reciprocal() * e\n",
 }
 
 
@@ -74,6 +84,20 @@ def test_softmax_written_out_reads_as_softmax(how):
     assert sim.normalise(head + SOFTMAX_BY_HAND[how] + tail) == softmax
     other = head + "    e = torch.exp(s - v.amax(-1, keepdim=True))\n    w = e / e.sum(-1, keepdim=True)\n" + tail
     assert sim.normalise(other) != softmax and "softmax" in sim.normalise(other)
+
+
+@pytest.mark.parametrize("body", [
+    "    w = 1 / torch.exp(s.unsqueeze(-2) - v.unsqueeze(-1)).sum(-1)\n",      # two tensors: no softmax
+    "    w = 2 / torch.exp(s.unsqueeze(-2) - s.unsqueeze(-1)).sum(-1)\n",      # twice it
+    "    w = torch.exp(s - torch.logsumexp(v, dim=-1, keepdim=True))\n",       # another tensor's normaliser
+    "    w = torch.log_softmax(s, -1)\n",                                      # no exp
+    "    w = s.exp() / s.exp().sum(-1)\n",                                     # the kept dimension not put back
+])
+def test_what_only_looks_like_softmax_stays_itself(body):
+    """The forms of ``test_softmax_written_out_reads_as_softmax`` are read as softmax only when they compute it:
+    the same tensor throughout, the sum's dimension kept, nothing else folded in."""
+    head, tail = "def f(s, v):\n", "    return w @ v\n"
+    assert sim.normalise(head + body + tail) != sim.normalise(head + "    w = torch.softmax(s, dim=-1)\n" + tail)
 
 
 @pytest.mark.parametrize("how", KINDS)
