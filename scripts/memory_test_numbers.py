@@ -5,7 +5,7 @@
 Runs each answer of tests/tfmcheck/test_memory_check.py (and the correct styles of
 grader/fixtures/styles/07_efficiency) in this process, after the solution's setup cell, on the memory test's visible
 and hidden inputs, and prints per answer and input: the largest tensor (elements), the NumPy and Python bytes
-(tracemalloc), the memory held beyond the setup cell's baseline (bytes) and the seconds the call took. Numbers of
+(tracemalloc), the bytes allocated since the setup cell (the C allocator), the memory held beyond the setup cell's baseline (bytes) and the seconds the call took. Numbers of
 memory held move by some megabytes from run to run; the times depend on the machine's load and on PyTorch's threads
 (the grading kernel uses one).
 """
@@ -24,7 +24,7 @@ import tfmcheck.checking as check  # noqa: E402
 import test_memory_check as t  # noqa: E402
 from fixtures.answers import STYLES  # noqa: E402
 
-INPUTS = [(((1, 4096, 4), (1, 8192, 4), (1, 8192, 2)), 64), (((2, 2048, 4), (2, 8192, 4), (2, 8192, 3)), 100)]
+INPUTS = [(((1, 4096, 4), (1, 8192, 4), (1, 8192, 2)), 16), (((2, 2048, 4), (2, 8192, 4), (2, 8192, 3)), 25)]
 
 
 def answers() -> dict[str, str]:
@@ -35,7 +35,7 @@ def answers() -> dict[str, str]:
 
 def main(names: list[str]) -> None:
     table = answers()
-    print("answer | visible: numel, traced bytes, held bytes, s | hidden: the same")
+    print("answer | visible: numel, traced bytes, allocated bytes, held bytes, s | hidden: the same")
     for name in names or list(table):
         ns: dict = {}
         exec(t.notebook_cells()["setup"], ns)  # noqa: S102 - the course's own setup cell (it takes the baseline)
@@ -46,7 +46,7 @@ def main(names: list[str]) -> None:
             q, k, v = (torch.randn(*s, generator=g, dtype=torch.float64) for s in shapes)
             start = time.perf_counter()
             _, used = check.peak_memory(ns["blockwise_attention"], q, k, v, block, forbid=("tfmlib", "sdpa"))
-            row.append(f"{used['numel']:,}, {used['traced_bytes']:,}, {used['held_bytes']:,}, "
+            row.append(f"{used['numel']:,}, {used['traced_bytes']:,}, {used['allocated_bytes']:,}, {used['held_bytes']:,}, "
                        f"{time.perf_counter() - start:.1f}")
         print(f"{name} | " + " | ".join(row), flush=True)
         del ns

@@ -728,6 +728,35 @@ def _malloc_gives_back_large_blocks():
     mallopt(m_trim_threshold, 128 * 1024)
 
 
+def _mallinfo2():
+    """glibc's ``mallinfo2`` as a function of no arguments returning its structure, or None where there is none."""
+    import ctypes
+
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                          "fsmblks", "uordblks", "fordblks", "keepcost")]
+    try:
+        function = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError, TypeError):
+        return None
+    function.restype, function.argtypes = Mallinfo2, []
+    return function
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def _allocated() -> int:
+    """Bytes the C allocator has handed out and not taken back (``mallinfo2``: blocks in use in its heaps and in
+    their own mappings): every tensor and NumPy array counts at its size whatever its type, whether the process
+    has written to it or not, and memory freed but not returned to the system does not count, unlike
+    ``_resident``'s.  -1 where there is no glibc."""
+    if _MALLINFO2 is None:
+        return -1
+    info = _MALLINFO2()
+    return info.uordblks + info.hblkhd
+
+
 def memory_baseline():
     """Remember what this process holds now (``_resident``) as the memory that is not the learner's: called by
     the setup cell of a notebook whose tests use ``peak_memory`` (and at import), before any learner code runs.
@@ -739,27 +768,28 @@ def memory_baseline():
     if _MODE is not None and _MODE.replaying:
         return
     _malloc_gives_back_large_blocks()
-    _BASELINE = (_resident(), _cell_number())
+    global _ALLOCATED_BASE
+    _BASELINE, _ALLOCATED_BASE = (_resident(), _cell_number()), _allocated()
 
 
 class _ResidentPeak:
-    """While active, samples ``_resident`` every millisecond in a thread of its own (and on entry and exit):
-    ``self.peak`` is the most the process held at once."""
+    """While active, samples ``_resident`` and ``_allocated`` every millisecond in a thread of its own (and on entry
+    and exit): ``self.peak`` is the most the process held at once, ``self.allocated`` the most it had allocated."""
 
     def __enter__(self):
-        self.peak, self._stop = _resident(), _Event()
+        self.peak, self.allocated, self._stop = _resident(), _allocated(), _Event()
         self._thread = _Thread(target=self._sample, daemon=True)
         self._thread.start()
         return self
 
     def _sample(self):
         while not self._stop.wait(0.001):
-            self.peak = _max(self.peak, _resident())
+            self.peak, self.allocated = _max(self.peak, _resident()), _max(self.allocated, _allocated())
 
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
-        self.peak = _max(self.peak, _resident())
+        self.peak, self.allocated = _max(self.peak, _resident()), _max(self.allocated, _allocated())
         return False
 
 
@@ -771,6 +801,9 @@ def peak_memory(fn, *args, forbid=("tfmlib",), **kwargs):
       ``fn`` ran (its number of elements, the operation, its shape);
     - ``traced_bytes``: the most bytes that NumPy arrays and Python objects (lists, floats, ...) allocated during
       the call held at once, measured with ``tracemalloc`` (0 if ``fn`` used torch alone);
+    - ``allocated_bytes``: the most bytes the C allocator had handed out at once during the call beyond what it had
+      when ``memory_baseline`` last ran (``_allocated``: tensors and NumPy arrays of any type, made before or during
+      the call, at their size; freed memory the process still holds does not count), or -1 (no glibc);
     - ``held_bytes``: the most memory the process held in RAM at once during the call (``_resident``: tensors,
       NumPy arrays, lists, any buffer, including those made *before* the call) beyond what it held when
       ``memory_baseline`` last ran (the setup cell), or -1 where that cannot be measured (not Linux);
@@ -797,8 +830,10 @@ def peak_memory(fn, *args, forbid=("tfmlib",), **kwargs):
         op, shape = mode.where if mode.where is not None else (None, [])
         base, cell = _BASELINE
         held = _max(0, resident.peak - base) if resident.peak >= 0 and base >= 0 else -1
+        allocated = _max(0, resident.allocated - _ALLOCATED_BASE) if resident.allocated >= 0 \
+            and _ALLOCATED_BASE >= 0 else -1
         return result, {"numel": mode.peak, "op": op, "shape": list(shape), "traced_bytes": traced.peak,
-                        "held_bytes": held, "cells_before_setup": _max(0, cell - 1)}
+                        "allocated_bytes": allocated, "held_bytes": held, "cells_before_setup": _max(0, cell - 1)}
     return run() if _MODE is None else _MODE.record(((args, kwargs), "peak_memory"), run)
 
 
@@ -809,20 +844,23 @@ def peak_numel(fn, *args, forbid=("tfmlib",), **kwargs):
     return result, usage["numel"], (usage["op"], _tuple(usage["shape"]))
 
 
-def assert_memory_below(name, usage, numel, nbytes, held=None, numel_is="", nbytes_is="", held_is="", hint=None):
+def assert_memory_below(name, usage, numel, nbytes, held=None, numel_is="", nbytes_is="", held_is="", hint=None,
+                        allocated=None, allocated_is=""):
     """``usage`` (from ``peak_memory``) is within the limits: the largest tensor has at most ``numel`` elements,
-    the NumPy arrays and Python objects allocated during the call held at most ``nbytes`` bytes at once, and (when
-    ``held`` is given) the process held at most ``held`` bytes more than when the setup cell ran.
-    ``numel_is``, ``nbytes_is`` and ``held_is`` say in words what each limit stands for (e.g. "the full score
-    matrix").  Where the process's memory cannot be measured (not Linux) the ``held`` limit is checked only
-    when grading (the grader's kernels run on Linux: there a missing measurement fails)."""
+    the NumPy arrays and Python objects allocated during the call held at most ``nbytes`` bytes at once, (when
+    ``allocated`` is given) the C allocator had handed out at most ``allocated`` bytes more than when the setup
+    cell ran, and (when ``held`` is given) the process held at most ``held`` bytes more than then.
+    ``numel_is``, ``nbytes_is``, ``allocated_is`` and ``held_is`` say in words what each limit stands for (e.g.
+    "the full score matrix").  Where the process's memory cannot be measured (not Linux) the ``held`` limit is
+    checked only when grading (the grader's kernels run on Linux: there a missing measurement fails)."""
     __tracebackhide__ = True
     if _recording_only():
         return
     _no_modes(name)
-    fields = ("numel", "traced_bytes") + (("held_bytes", "cells_before_setup") if held is not None else ())
-    if _type(usage) is not dict or any(_type(usage.get(f)) is not int or usage[f] < (-1 if f == "held_bytes" else 0)
-                                       for f in fields):
+    fields = ("numel", "traced_bytes") + (("held_bytes", "cells_before_setup") if held is not None else ()) + (
+        ("allocated_bytes",) if allocated is not None else ())
+    if _type(usage) is not dict or any(_type(usage.get(f)) is not int or usage[f] < (
+            -1 if f in ("held_bytes", "allocated_bytes") else 0) for f in fields):
         _fail(name, "the memory it used was not measured (the measurement is missing or malformed)", hint)
     if usage["numel"] > numel:
         shape = usage.get("shape")
@@ -834,6 +872,13 @@ def assert_memory_below(name, usage, numel, nbytes, held=None, numel_is="", nbyt
         _fail(name, f"it held too much memory outside torch: the NumPy arrays and Python objects (lists, floats) "
                     f"alive at once while it ran took {usage['traced_bytes']:,} bytes, measured with tracemalloc; "
                     f"the limit is {nbytes:,} bytes" + (f" ({nbytes_is})." if nbytes_is else "."), hint)
+    if allocated is not None and usage["allocated_bytes"] < 0 and _MODE is not None:
+        _fail(name, "the memory it used was not measured (the grading kernel could not read its allocator's use)", hint)
+    if allocated is not None and usage["allocated_bytes"] > allocated:
+        _fail(name, f"it held too much data: at its peak the tensors, NumPy arrays and other buffers allocated since "
+                    f"the setup cell ran and still in use took {usage['allocated_bytes']:,} bytes, whatever their "
+                    f"type and however many (measured by the C allocator, including any made before the call); the "
+                    f"limit is {allocated:,} bytes" + (f" ({allocated_is})." if allocated_is else "."), hint)
     if held is None:
         return
     if usage["held_bytes"] < 0:
@@ -1014,12 +1059,13 @@ def mode():
     return _MODE
 
 
-_BASELINE = (-1, 0)
+_BASELINE, _ALLOCATED_BASE = (-1, 0), -1
 _MODE = None
 if _GRADED_KERNEL:
     memory_baseline()             # the graded kernel, from its start (its setup cell calls it again)
 else:
     _BASELINE = (_resident(), _cell_number())   # elsewhere (the grader among them) the allocator is left as it is
+    _ALLOCATED_BASE = _allocated()
 if _GRADED_KERNEL:
     _MODE = _trace.Recorder(os.environ[_trace.TRACE_ENV])
     _SECRET = os.environ.pop(_SECRET_ENV, None)           # the grading run's secret (input_seed)

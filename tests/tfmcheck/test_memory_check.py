@@ -128,6 +128,7 @@ class _Blind(torch.overrides.TorchFunctionMode):
 
 check._PeakNumel = _Blind            # the largest tensor: never seen
 check._BASELINE = (10 ** 13, 0)      # the memory held: counted from an impossible baseline
+check._ALLOCATED_BASE = 10 ** 13     # and the allocations too
 
 
 def blockwise_attention(q, k, v, block_size):
@@ -136,14 +137,42 @@ def blockwise_attention(q, k, v, block_size):
     return torch.softmax(s, dim=-1) @ v
 '''
 
+# Red-team round 45: the whole score matrix kept at half precision in NumPy, used only for each row's maximum; the
+# values come from a second, exact pass.  Below it, the same in torch, block by block in a list (no one tensor is
+# large), at half precision and at one byte a value.
+FULL_HALF_NUMPY = (ROOT / "grader" / "fixtures" / "redteam45" / "07_efficiency-memory-half-precision-numpy.py").read_text()
+FULL_LOW_PRECISION_BLOCKS = '''import math
+import torch
+
+
+def blockwise_attention(q, k, v, block_size):
+    """Every block of scores kept in a list at low precision (and never used again); an exact second pass."""
+    scale, kept, maxima = 1.0 / math.sqrt(q.shape[-1]), [], []
+    for a in range(0, k.shape[-2], block_size):
+        s = q @ k[..., a:a + block_size, :].transpose(-2, -1) * scale
+        kept.append(KEEP)
+        maxima.append(s.amax(-1))
+    peak = torch.stack(maxima, -1).amax(-1, keepdim=True)
+    top = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
+    bottom = torch.zeros(*q.shape[:-1], 1, dtype=q.dtype)
+    for a in range(0, k.shape[-2], block_size):
+        e = torch.exp(q @ k[..., a:a + block_size, :].transpose(-2, -1) * scale - peak)
+        bottom = bottom + e.sum(-1, keepdim=True)
+        top = top + e @ v[..., a:a + block_size, :]
+    return top / bottom
+'''
+
 # A full matrix in Python lists is measured by the tests of peak_memory below (list_scores), not through the test
 # cell: on its inputs (a 33,554,432-value score matrix) a Python loop over single scores runs for minutes.
 FULL = {"numpy": FULL_NUMPY, "numpy-in-place": FULL_IN_PLACE, "from-numpy": FULL_FROM_NUMPY,
-        "buffer-before-call": BUFFER_BEFORE_CALL}
+        "buffer-before-call": BUFFER_BEFORE_CALL, "numpy-half": FULL_HALF_NUMPY,
+        "torch-half-blocks": FULL_LOW_PRECISION_BLOCKS.replace("KEEP", "s.half()"),
+        "torch-byte-blocks": FULL_LOW_PRECISION_BLOCKS.replace("KEEP", "s.to(torch.int8)")}
 BLOCKWISE = {"numpy-scalars": NUMPY_SCALARS, "numpy-blocks": NUMPY_BLOCKS}
 MEASURED = {"numpy": "measured with tracemalloc", "numpy-in-place": "measured with tracemalloc",
-            "from-numpy": "largest tensor a torch operation", "buffer-before-call": "more than when the setup cell ran",
-            "rewrites-measure": "more than when the setup cell ran"}
+            "from-numpy": "largest tensor a torch operation", "buffer-before-call": "measured by the C allocator",
+            "rewrites-measure": "more than when the setup cell ran", "numpy-half": "measured with tracemalloc",
+            "torch-half-blocks": "measured by the C allocator", "torch-byte-blocks": "measured by the C allocator"}
 
 
 def notebook_cells() -> dict:
@@ -329,6 +358,40 @@ def test_messages_say_what_was_measured():
                                         "cells_before_setup": 0}, numel=50, nbytes=400, held=400, held_is="half")
 
 
+def test_the_allocator_counts_every_type_and_every_piece_kept_since_the_baseline():
+    """Red-team round 45 kept the score matrix in float16, used only for each row's maximum: a quarter of its float64
+    size, under the memory-held limit.  The C allocator's count (``allocated_bytes``) sees data of any type at its
+    size, however many pieces it is in (a list of half-precision blocks, no one tensor large), made during the call
+    or before it (a buffer of bytes made when the cell ran); what a call frees is not charged."""
+    if check._allocated() < 0:
+        pytest.skip("no glibc: the allocator's count is checked only when graded")
+    q, k = torch.randn(512, 4, dtype=torch.float64), torch.randn(4096, 4, dtype=torch.float64)
+    full = 512 * 4096
+
+    def kept_blocks(q, k):
+        return [(q @ k[i:i + 64].T).half() for i in range(0, 4096, 64)]
+
+    def blocks_only(q, k):
+        return float(sum((q @ k[i:i + 64].T).exp().sum() for i in range(0, 4096, 64)))
+
+    check.memory_baseline()
+    kept, used = check.peak_memory(kept_blocks, q, k)
+    assert used["numel"] <= 512 * 64 * 4 and used["allocated_bytes"] >= full * 2, used
+    del kept
+    _, used = check.peak_memory(blocks_only, q, k)
+    assert used["allocated_bytes"] < full // 2, used
+    check.memory_baseline()
+    buffer = torch.empty(full, dtype=torch.uint8)
+    _, used = check.peak_memory(blocks_only, q, k)
+    assert used["allocated_bytes"] >= full, used
+    del buffer
+    with pytest.raises(check.CheckFailure, match=r"allocated since the setup cell ran and still in use took 9,000 "
+                                                 r"bytes, whatever their type .* the limit is 400 bytes \(half\)"):
+        check.assert_memory_below("f", {"numel": 1, "op": "add", "shape": [1], "traced_bytes": 0,
+                                        "allocated_bytes": 9000}, numel=50, nbytes=400, allocated=400,
+                                  allocated_is="half")
+
+
 def test_no_test_cell_draws_from_numpy_or_python_generators():
     """The trace restores torch's random state after each learner call, not NumPy's or Python's: sound only while
     every test cell draws its inputs from torch generators (see the grading guide)."""
@@ -361,16 +424,22 @@ def test_full_matrix_answers_lose_the_memory_points(kind):
 
 
 def test_the_visible_and_hidden_memory_tests_check_the_same_limits():
-    """Both parts of the test cell hold each measure to half of their inputs' full score matrix (never less: a
-    broadcast (..., Tq, block, d) product must pass), and the inputs are large enough for the process's memory to
-    tell a full matrix (268 MB) from the noise of a kernel (tens of MB)."""
+    """Both parts of the test cell hold the same limits, relative to their inputs' full score matrix: the largest
+    tensor an eighth of its values, the allocations half of it at one byte a value (red-team round 45 kept it in
+    float16; below one byte a value a score matrix is no longer one), the memory held half of it in float64; the
+    inputs are large enough for the process's memory to tell a float64 matrix (268 MB) from the noise of a kernel
+    (tens of MB), and the blocks small enough for every honest answer to stay several times below the limits
+    (scripts/memory_test_numbers.py)."""
     import re
     source = notebook_cells()[MEMORY_TEST]
     visible, hidden = source.split("### BEGIN HIDDEN TESTS")
     for part in (visible, hidden):
-        assert "numel=full // 2, nbytes=full * 8 // 2, held=full * 8 // 2" in part
+        assert "numel=full // 8, nbytes=full // 2, allocated=full // 2, held=full * 8 // 2" in part
         full = re.search(r"full = (\d+) \* (\d+) \* (\d+)", part).groups()
         assert int(full[0]) * int(full[1]) * int(full[2]) * 8 >= 256 * 1024 ** 2, full
+        block = int(re.search(r"peak_memory\(blockwise_attention, q, k, v, (\d+),", part).group(1))
+        # four float64 broadcast products (B, Tq, block, d = 4) alive at once fit under the allocation limit
+        assert int(full[0]) * int(full[1]) * block * 4 * 8 * 4 <= int(full[0]) * int(full[1]) * int(full[2]) // 2, block
 
 
 # The worked solution and every correct style keep the memory points: graded on both paths below, and run through
@@ -395,8 +464,9 @@ def test_the_replay_reaches_the_memory_verdict_outside_the_kernel(tmp_path):
         records, problems = trace.load(path)
         # the kernel records the visible and the hidden call and decides nothing (tfmcheck.withheld)
         assert problems == [] and len(records) == 2 and inside == {MEMORY_TEST: None}, inside
-        assert all(set(r["value"]["tuple"][1]["dict"]) == {"numel", "op", "shape", "traced_bytes", "held_bytes",
-                                                            "cells_before_setup"} for r in records.values())
+        assert all(set(r["value"]["tuple"][1]["dict"]) == {"numel", "op", "shape", "traced_bytes", "allocated_bytes",
+                                                            "held_bytes", "cells_before_setup"}
+                   for r in records.values())
         verdicts = replay(trusted, records, problems)
         assert verdicts.passed == {MEMORY_TEST: passes}, verdicts.messages
         if not passes:      # the replay's message is the one a learner reads (the named measure and its limit)
@@ -429,7 +499,8 @@ def test_both_grading_paths_take_the_memory_points_from_full_matrix_answers(tmp_
     # a handful, split between the two paths to keep CI lean (both run nbgrader's Autograde with the course's
     # hardened pipeline): the other answers above are checked in this process only
     half = ["nbgrader", "grade.py"].index(path)
-    subs = {f"mem-full-{k}": (False, FULL[k]) for k in ("numpy", "from-numpy", "buffer-before-call")[half::2]}
+    subs = {f"mem-full-{k}": (False, FULL[k]) for k in ("numpy", "from-numpy", "buffer-before-call", "numpy-half",
+                                                      "torch-byte-blocks")[half::2]}
     if path == "nbgrader":
         subs["mem-blocks-numpy-scalars"] = (True, NUMPY_SCALARS)
     subs.update({f"mem-style-{s}": (True, answers["blockwise"]) for s, answers in sorted(STYLES[a].items())[half::2]})

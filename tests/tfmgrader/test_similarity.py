@@ -887,6 +887,8 @@ ROUND_35 = ("lambdas-applied", "lambdas-bound", "nested-helpers", "for-over-one"
             "walrus", "dead-defs")
 GRADED_35 = {"03_self_attention": "scaled_dot_product_attention", "04_multi_head": "multi_head_attention",
              "07_efficiency": "blockwise_attention"}
+# the red team's later rounds also copied exercise 2's one graded function
+GRADED_BY_HAND = {**GRADED_35, "02_attention": "attention_step"}
 
 
 def _bindings_rewritten(source, name, how):
@@ -932,8 +934,9 @@ def _bindings_rewritten(source, name, how):
     return "import contextlib\n" + ast.unparse(ast.fix_missing_locations(tree))
 
 
-def _same_results(assignment, cells, replaced):
-    """The notebook's solution cells run with one cell replaced give what they give as written (a real copy)."""
+def _same_results(assignment, cells, replaced, exact=True):
+    """The notebook's solution cells run with one cell replaced give what they give as written (a real copy):
+    the same tensors, or (``exact=False``, a disguise that reorders the arithmetic) the same to rounding."""
     import contextlib
     import math
 
@@ -944,23 +947,27 @@ def _same_results(assignment, cells, replaced):
                                           torch.tensor([[True, False, True], [False] * 3, [True] * 3])),
             "04_multi_head": lambda: (r(2, 5, 8), r(8, 8), r(8, 8), r(8, 8), r(8, 8), 2,
                                       torch.ones(5, 5, dtype=torch.bool).tril()),
-            "07_efficiency": lambda: (r(2, 5, 4), r(2, 7, 4), r(2, 7, 3), 3)}[assignment]()
+            "07_efficiency": lambda: (r(2, 5, 4), r(2, 7, 4), r(2, 7, 3), 3),
+            "02_attention": lambda: (r(3, 4), r(3, 5, 4), r(3, 5, 2),
+                                     torch.tensor([[True, False, True, True, False], [False] * 5, [True] * 5]))
+            }[assignment]()
     got = []
     for texts in (cells, {**cells, **replaced}):
         ns = {"torch": torch, "math": math, "contextlib": contextlib}
         for text in texts.values():
             exec(text, ns)
-        out = ns[GRADED_35[assignment]](*args)
+        out = ns[GRADED_BY_HAND[assignment]](*args)
         got.append(out if isinstance(out, tuple) else (out,))
-    assert all(torch.equal(a, b) for a, b in zip(*got)), "the disguise changed what the function computes"
+    same = torch.equal if exact else lambda a, b: torch.allclose(a, b, rtol=1e-12, atol=1e-12)
+    assert all(same(a, b) for a, b in zip(*got)), "the disguise changed what the function computes"
 
 
-def _flagged_with_the_solution(assignment, rewrite, tmp_path):
+def _flagged_with_the_solution(assignment, rewrite, tmp_path, exact=True):
     """The worked solution's notebook with the graded function's cell rewritten: it computes what the solution
-    computes, and copy detection flags that function with the solution as its source."""
+    computes (``_same_results``), and copy detection flags that function with the solution as its source."""
     import nbformat
 
-    name = GRADED_35[assignment]
+    name = GRADED_BY_HAND[assignment]
     nb = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
     cells, replaced = {}, {}
     for i, cell in enumerate(nb.cells):
@@ -971,7 +978,7 @@ def _flagged_with_the_solution(assignment, rewrite, tmp_path):
         if f"def {name}(" in cell.source:
             replaced[i] = cell.source = rewrite(cells[i])
     assert replaced, name
-    _same_results(assignment, cells, replaced)
+    _same_results(assignment, cells, replaced, exact)
     folder = tmp_path / "student" / assignment
     folder.mkdir(parents=True)
     nbformat.write(nb, folder / f"{assignment}.ipynb")
@@ -1076,6 +1083,20 @@ def test_the_copies_of_red_team_round_37_are_flagged_with_their_source(path, tmp
     assert len(REDTEAM_37) == 9
     assignment = path.stem.split("-")[0]
     _flagged_with_the_solution(assignment, lambda text: path.read_text(), tmp_path)
+
+
+REDTEAM_43 = sorted((ROOT / "grader" / "fixtures" / "redteam43").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", REDTEAM_43, ids=lambda p: p.stem)
+def test_the_copies_of_later_red_team_rounds_are_flagged_with_their_source(path, tmp_path):
+    """Round 43 pasted exercise 2's worked solution with the softmax in its pairwise form (each weight one over the
+    sum of ``exp(s_j - s_i)``) and the context as a batched product, ``(w.unsqueeze(1) @ values).squeeze(1)``:
+    full marks unflagged on both paths (0.72).  It computes what the solution computes, to rounding, and is flagged
+    with the solution as its source."""
+    assert len(REDTEAM_43) >= 1
+    assignment = path.stem.split("-")[0]
+    _flagged_with_the_solution(assignment, lambda text: path.read_text(), tmp_path, exact=False)
 
 
 def _long_helper(blocks: int, per_block: int) -> str:
