@@ -5,9 +5,9 @@
 Runs each answer of tests/tfmcheck/test_memory_check.py (and the correct styles of
 grader/fixtures/styles/07_efficiency) in this process, after the solution's setup cell, on the memory test's visible
 and hidden inputs, and prints per answer and input: the largest tensor (elements), the NumPy and Python bytes
-(tracemalloc), the bytes allocated since the setup cell (the C allocator), the memory held beyond the setup cell's baseline (bytes) and the seconds the call took. Numbers of
-memory held move by some megabytes from run to run; the times depend on the machine's load and on PyTorch's threads
-(the grading kernel uses one).
+(tracemalloc), the bytes allocated since the setup cell (the C allocator), the memory held beyond the setup cell's
+baseline (bytes) and the seconds the call took. Numbers of memory held move by some megabytes from run to run; the
+times depend on the machine's load and on PyTorch's threads (the grading kernel uses one).
 """
 import gc
 import sys
@@ -46,8 +46,8 @@ def main(names: list[str]) -> None:
             q, k, v = (torch.randn(*s, generator=g, dtype=torch.float64) for s in shapes)
             start = time.perf_counter()
             _, used = check.peak_memory(ns["blockwise_attention"], q, k, v, block, forbid=("tfmlib", "sdpa"))
-            row.append(f"{used['numel']:,}, {used['traced_bytes']:,}, {used['allocated_bytes']:,}, {used['held_bytes']:,}, "
-                       f"{time.perf_counter() - start:.1f}")
+            row.append(f"{used['numel']:,}, {used['traced_bytes']:,}, {used['allocated_bytes']:,}, "
+                       f"{used['held_bytes']:,}, {time.perf_counter() - start:.1f}")
         print(f"{name} | " + " | ".join(row), flush=True)
         del ns
         gc.collect()

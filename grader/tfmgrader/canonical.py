@@ -76,6 +76,8 @@ CASTS = {"double": "float64", "float": "float32", "long": "int64", "int": "int32
 # a tensor's values as another's type, device or shape (dropped, as the conversions of CASTS and x.to(...) are)
 LIKE = {"type_as", "view_as", "reshape_as"}
 SIZED = {"torch.zeros", "torch.ones", "torch.empty", "torch.rand", "torch.randn"}
+CONSTRUCTORS = SIZED | {"torch.full", "torch.arange", "torch.eye", "torch.tensor", "torch.linspace"}
+NEW_LIKE = {"new_zeros": "zeros", "new_ones": "ones", "new_empty": "empty", "new_full": "full"}
 SIZED_METHODS = {"view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_empty"}
 DIM_FIRST = {"softmax", "log_softmax", "sum", "mean", "amax", "amin", "argsort", "any", "all", "cumsum", "var",
              "std", "max", "min", "argmax", "argmin", "unsqueeze", "squeeze", "logsumexp", "count_nonzero"}
@@ -218,7 +220,7 @@ def _full_slice(e) -> bool:
 
 def _unsqueeze_dim(index) -> int | None:
     """The dimension a subscript with one ``None`` adds (``[:, None]`` -> 1, ``[..., None]`` -> -1,
-    ``[None]`` -> 0); None for any other subscript."""
+    ``[..., None, :]`` -> -2, ``[None]`` -> 0); None for any other subscript."""
     elts = list(index.elts) if isinstance(index, ast.Tuple) else [index]
     nones = [i for i, e in enumerate(elts) if isinstance(e, ast.Constant) and e.value is None]
     if len(nones) != 1:
@@ -227,9 +229,9 @@ def _unsqueeze_dim(index) -> int | None:
     rest = elts[:i] + elts[i + 1:]
     if all(_full_slice(e) for e in rest):
         return i                                  # [:, :, None] (trailing full slices already trimmed)
-    if isinstance(elts[0], ast.Constant) and elts[0].value is Ellipsis and i == len(elts) - 1 \
-            and all(_full_slice(e) for e in elts[1:i]):
-        return -1                                 # [..., None], [..., :, None]
+    if isinstance(elts[0], ast.Constant) and elts[0].value is Ellipsis and i > 0 \
+            and all(_full_slice(e) for e in elts[1:i] + elts[i + 1:]):
+        return i - len(elts)                      # [..., None], [..., :, None]: -1; [..., None, :]: -2
     return None
 
 
@@ -417,6 +419,38 @@ def _same_dim(a: ast.expr, b: ast.expr) -> bool:
     return ast.dump(a) == ast.dump(b) or number(a) and number(b)
 
 
+def _extreme_values(node: ast.expr) -> ast.expr | None:
+    """``x.max(d, ...)`` or ``x.min(d, ...)`` (a reduction over a dimension, whose values are taken) as
+    ``x.amax(d, ...)`` / ``x.amin(d, ...)``; None for anything else (``torch.max(a, b)`` of two tensors among them,
+    which ``Spellings`` has made ``a.max(b)``: its argument is not a dimension)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("max", "min") \
+            and len(node.args) == 1 and (_int_like(node.args[0]) or isinstance(node.args[0], ast.Name)
+                                         and node.args[0].id == "DIM") \
+            and all(k.arg == "keepdim" for k in node.keywords):
+        return ast.Call(ast.Attribute(node.func.value, "a" + node.func.attr, ast.Load()), node.args, node.keywords)
+    return None
+
+
+def _is_ellipsis(node) -> bool:
+    return isinstance(node, ast.Constant) and node.value is Ellipsis
+
+
+def _sliced_before_transposing(node: ast.Subscript) -> ast.expr | None:
+    """``x.mT[..., a:b]`` -> ``x[..., a:b, :].mT`` and ``x.mT[..., a:b, :]`` -> ``x[..., a:b].mT``: the slice taken
+    before the transpose (round 44 sliced the transposed keys); None for any other subscript."""
+    if not (isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Attribute) and node.value.attr == "mT"
+            and isinstance(node.slice, ast.Tuple)):
+        return None
+    e = node.slice.elts
+    full = len(e) == 3 and isinstance(e[2], ast.Slice) and e[2].lower is None and e[2].upper is None \
+        and e[2].step is None
+    if not (len(e) in (2, 3) and _is_ellipsis(e[0]) and isinstance(e[1], ast.Slice) and (len(e) == 2 or full)):
+        return None
+    index = [e[0], e[1]] + ([ast.Slice()] if len(e) == 2 else [])
+    return ast.Attribute(ast.Subscript(node.value.value, ast.Tuple(index, ast.Load()), ast.Load()), "mT",
+                         ast.Load())
+
+
 def _keepdim_restored(node: ast.expr, dim: ast.expr) -> ast.expr | None:
     """``x.sum(d)`` (or another reduction of ``KEEPDIM_SECOND``, ``x.max(d).values``, ``x.max(d)[0]``) whose
     dimension ``unsqueeze(d)`` puts back: the reduction with ``keepdim=True`` (round 43); None otherwise."""
@@ -531,6 +565,9 @@ class Spellings(ast.NodeTransformer):
         name = dotted(node)
         if name in ("math.inf", "torch.inf", "np.inf", "numpy.inf"):
             return _inf(False)
+        extreme = _extreme_values(node.value) if node.attr == "values" and isinstance(node.ctx, ast.Load) else None
+        if extreme is not None:                       # x.max(d).values -> x.amax(d) (round 44)
+            return extreme
         if name in DTYPES and isinstance(node.ctx, ast.Load):
             return ast.Attribute(ast.Name("torch", ast.Load()), DTYPES[name], ast.Load())
         if node.attr in ("shape", "dtype", "device") and isinstance(node.ctx, ast.Load):
@@ -616,8 +653,19 @@ class Spellings(ast.NodeTransformer):
         picked = _picked(node)                     # [x][0], (x, y)[-1]: the item (round 37)
         if picked is not node:
             return picked
+        if isinstance(node.ctx, ast.Load) and _const(node.slice, 0):
+            extreme = _extreme_values(node.value)  # x.max(d)[0] -> x.amax(d)
+            if extreme is not None:
+                return extreme
+        sliced = _sliced_before_transposing(node)
+        if sliced is not None:
+            return sliced
+        if isinstance(node.ctx, ast.Load) and isinstance(node.slice, ast.Tuple) and len(node.slice.elts) == 2 \
+                and _is_ellipsis(node.slice.elts[0]) and _const(node.slice.elts[1], 0):
+            return ast.Call(ast.Attribute(node.value, "squeeze", ast.Load()), [ast.Constant(-1)], [])  # x[..., 0]
         s = node.slice
-        if isinstance(s, ast.Tuple) and len(s.elts) > 1:
+        if isinstance(s, ast.Tuple) and len(s.elts) > 1 and not any(   # x[..., a:b, :] is not x[..., a:b]
+                isinstance(e, ast.Constant) and e.value is Ellipsis for e in s.elts):
             elts = list(s.elts)
             while len(elts) > 1 and isinstance(elts[-1], ast.Slice) and elts[-1].lower is None \
                     and elts[-1].upper is None and elts[-1].step is None:
@@ -699,6 +747,15 @@ class Spellings(ast.NodeTransformer):
             node.func, name = ast.Attribute(ast.Name("torch", ast.Load()), "cat", ast.Load()), "torch.cat"
         if name in ("torch.cat", "torch.stack") and len(args) == 1 and [k.arg for k in kw] == ["dim"]:
             node.args, node.keywords = args, kw = [*args, kw[0].value], []     # torch.cat(t, dim=-1): by position
+        if name == "math.pow" and len(args) == 2 and not kw:         # round 44: math.pow(d, 0.5) is d ** 0.5
+            return self.visit_BinOp(ast.BinOp(args[0], ast.Pow(), args[1]))
+        if name == "float" and len(args) == 1 and not kw and not isinstance(args[0], ast.Constant):
+            return args[0]                        # math.sqrt(float(d)): the same value (float("-inf") stays)
+        if name in ("torch.fmax", "torch.fmin"):  # without NaN, torch.maximum and torch.minimum
+            name = "torch.maximum" if name == "torch.fmax" else "torch.minimum"
+            node.func = ast.Attribute(ast.Name("torch", ast.Load()), name.split(".")[1], ast.Load())
+        if name in CONSTRUCTORS:                  # the values do not depend on the type or device they are made with
+            node.keywords = kw = [k for k in kw if k.arg not in ("dtype", "device")]
         if name in SIZED and len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)) \
                 and not any(isinstance(e, ast.Starred) for e in args[0].elts):
             node.args = args = list(args[0].elts)     # torch.zeros((n, d)) -> torch.zeros(n, d)
@@ -739,6 +796,16 @@ class Spellings(ast.NodeTransformer):
         if fn in SIZED_METHODS and len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)) and not kw \
                 and not any(isinstance(e, ast.Starred) for e in args[0].elts):
             node.args = args = list(args[0].elts)     # x.view((b, t, d)) -> x.view(b, t, d)
+        if fn in NEW_LIKE:                         # q.new_zeros(shape): torch.zeros(shape) (round 44)
+            made = ast.Call(ast.Attribute(ast.Name("torch", ast.Load()), NEW_LIKE[fn], ast.Load()), args, kw)
+            return self.visit_Call(made)
+        if fn in ("view", "reshape") and len(args) == 2 and not kw and isinstance(args[0], ast.Starred) \
+                and isinstance(args[0].value, ast.Attribute) and args[0].value.attr == "shape" \
+                and ast.dump(args[0].value.value) == ast.dump(obj) and _const(args[1], 1):
+            return self.visit_Call(ast.Call(ast.Attribute(obj, "unsqueeze", ast.Load()), [ast.Constant(-1)], []))
+        if fn in ("nansum", "nanmean"):            # the same sum where nothing is NaN
+            node = ast.Call(ast.Attribute(obj, fn[3:], ast.Load()), args, kw)
+            return self.visit_Call(node)
         if fn in CASTS and not args and not kw or fn == "to" or fn in LIKE and len(args) == 1 and not kw:
             return obj           # round 41: x.type_as(q) after every value; a conversion keeps the values
         if fn == "permute" and args and not kw and all(isinstance(a, ast.Constant) and type(a.value) is int
@@ -1693,6 +1760,11 @@ def _flatten_slots(func: ast.FunctionDef) -> bool:
             stored.add(path[0])
         if _updated(node):
             stored.add(node.func.value.id)
+    # only a holder the function makes itself: a parameter's or an outer name's slots (``self.result = ...`` in
+    # ``__init__``) are another object's, and storing there is an effect
+    bound = {t.id for n in ast.walk(func) if isinstance(n, ast.Assign) and _holder(n.value)
+             for t in n.targets if isinstance(t, ast.Name)}
+    stored &= bound
     candidates = set()
     for name in stored:
         ok = True
@@ -1926,7 +1998,8 @@ class _Inliner:
 
 
 class _Fold(ast.NodeTransformer):
-    """Conditions on constants decided: ``None is None``, ``0.0 > 0``, ``x if True else y``, ``if False: ...``."""
+    """Conditions on constants decided: ``None is None``, ``0.0 > 0``, ``not False``, ``x if True else y``,
+    ``if False: ...``."""
 
     @staticmethod
     def _value(node):
@@ -1949,6 +2022,11 @@ class _Fold(ast.NodeTransformer):
         except (KeyError, TypeError):
             return node
         return ast.Constant(bool(result))
+
+    def visit_UnaryOp(self, node):
+        self.generic_visit(node)
+        known, value = self._value(node.operand)
+        return ast.Constant(not value) if known and isinstance(node.op, ast.Not) else node
 
     def visit_IfExp(self, node):
         self.generic_visit(node)
@@ -2078,6 +2156,69 @@ def _positional(func: ast.AST, signatures: dict[str, ast.arguments]) -> None:
         node.args, node.keywords = args, [k for k in node.keywords if k.arg in given]
 
 
+def _none_test(test: ast.expr, params: set[str], op: type) -> str | None:
+    """The parameter ``p`` of ``p is None`` (``op`` ast.Is) or ``p is not None`` (ast.IsNot), else None."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], op) \
+            and isinstance(test.left, ast.Name) and test.left.id in params \
+            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None:
+        return test.left.id
+    return None
+
+
+def _default_given(node: ast.stmt, params: set[str]) -> str | None:
+    """The parameter ``p`` of ``if p is None: p = <value>`` or ``p = <value> if p is None else p``, else None."""
+    if isinstance(node, ast.If) and not node.orelse and len(node.body) == 1 and isinstance(node.body[0], ast.Assign):
+        p = _none_test(node.test, params, ast.Is)
+        t = node.body[0].targets
+        return p if p is not None and len(t) == 1 and isinstance(t[0], ast.Name) and t[0].id == p else None
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+            and isinstance(node.value, ast.IfExp) and isinstance(node.value.orelse, ast.Name):
+        p = _none_test(node.value.test, params, ast.Is)
+        return p if p == node.targets[0].id == node.value.orelse.id else None
+    return None
+
+
+class _OptionalAsGiven(ast.NodeTransformer):
+    """``_optional_as_given``'s rewrite: every test of the parameters against None decided as given."""
+
+    def __init__(self, params: set[str]):
+        self.params = params
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if _none_test(node, self.params, ast.Is):
+            return ast.Constant(False)
+        if _none_test(node, self.params, ast.IsNot):
+            return ast.Constant(True)
+        return node
+
+
+def _optional_as_given(func: ast.FunctionDef) -> None:
+    """An optional parameter (default None) read as if it were given: ``p is None`` is False and ``p is not None``
+    True wherever the body tests it, and the conditions are decided (``_Fold``).  So ``if p is None: p = <value>``
+    goes, ``<value> if p is None else p`` is ``p``, and ``if p is not None: <body>`` is its body.  Round 44 gave the
+    worked solution's mask an all-True default in the body and dropped its two guards (similarity 0.00: the default,
+    read as a value of the parameters, was written out wherever the mask is read); the same steps, guarded or not,
+    now read as one program, as does any choice made on whether the parameter was given.  Only for a parameter the
+    body assigns nowhere else."""
+    a = func.args
+    pairs = list(zip(a.args[len(a.args) - len(a.defaults):], a.defaults)) + list(zip(a.kwonlyargs, a.kw_defaults))
+    params = {arg.arg for arg, d in pairs if isinstance(d, ast.Constant) and d.value is None}
+    defaults = [n for n in ast.walk(func) if isinstance(n, ast.stmt) and _default_given(n, params)]
+    inside = {id(m) for n in defaults for m in ast.walk(n)}
+    stored = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+              and id(n) not in inside}
+    stored |= {t.id for n in ast.walk(func) if isinstance(n, (ast.AugAssign, ast.Delete))
+               for t in ast.walk(n) if isinstance(t, ast.Name)}
+    params -= stored
+    if params:
+        _OptionalAsGiven(params).visit(func)
+        _Fold().visit(func)
+        for node in ast.walk(func):           # a block the decided conditions emptied
+            if isinstance(getattr(node, "body", None), list) and not node.body:
+                node.body = [ast.Pass()]
+
+
 class _SoftmaxFold(ast.NodeTransformer):
     """``_softmax_written_out`` wherever it applies, once the spellings are one and the temporaries are read where
     they are used (``simplify_function``): the one place it runs."""
@@ -2093,6 +2234,10 @@ class _SoftmaxFold(ast.NodeTransformer):
 
 def _simplified(tree: ast.AST) -> None:
     simplify_function(tree)
+    before = ast.dump(tree)
+    _Fold().visit(tree)               # a condition on constants the temporaries left (``x if 0 > 0 else y``)
+    if ast.dump(tree) != before:
+        simplify_function(tree)
     _SoftmaxFold().visit(tree)
 
 
@@ -2118,6 +2263,7 @@ def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] 
         _positional(f, signatures)
     for f in funcs:
         Spellings().visit(f)
+        _optional_as_given(f)
         _simplified(f)
     others = {name: copy.deepcopy(f) for name, f in (inline or {}).items()}
     for f in others.values():
@@ -2147,6 +2293,9 @@ def canonicalise(statements: list[ast.stmt], inline: dict[str, ast.FunctionDef] 
             for f in funcs:
                 Spellings().visit(f)
                 _simplified(f)
+        for f in funcs:                # a helper's guards, now read in the function whose parameter they test
+            _optional_as_given(f)
+            _simplified(f)
         used = {n.id for f in funcs for n in ast.walk(f) if isinstance(n, ast.Name)}
         statements = [s for s in statements if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
                       or s is main or s.name in used or keep_all]

@@ -433,13 +433,15 @@ def test_calibration_held_out_half_holds_its_numbers_and_the_guide_reports_them(
     from similarity_calibration import ASSIGNMENTS, totals
 
     t = totals(ASSIGNMENTS, "held-out", sim.K, sim.THRESHOLD, sim.MIN_TOKENS, "ast", {})
-    # 55 independent functions long enough to attribute: round 35's inlining of lambdas bound to names and nested
-    # helpers left two decoder_block answers (two layer_norm calls behind a helper) under the minimum size
-    assert t["hand"] >= 39 and t["independent"] >= 55, t
-    # 28 of 39 today (72%, under issue 32's 90%, as the guide says): no fewer
-    assert t["hand_found"] >= 28, t["misses"]
-    # seven of 55 today (13%, over the target of 2%; round 4's blind answers, as the guide says): no more
-    assert t["false_positives"] <= 7, t["false"]
+    # 51 independent functions long enough to attribute: round 35's inlining of lambdas bound to names and nested
+    # helpers left two decoder_block answers (two layer_norm calls behind a helper) under the minimum size, round
+    # 44's reading of an optional parameter as given (its `if mask is not None` guards gone) four more
+    assert t["hand"] >= 39 and t["independent"] >= 51, t
+    # 27 of 39 today (69%, under issue 32's 90%, as the guide says): no fewer (round 44: a chinchilla_loss copy,
+    # without its default, too short to attribute)
+    assert t["hand_found"] >= 27, t["misses"]
+    # five of 51 today (10%, over the target of 2%; round 4's blind answers, as the guide says): no more
+    assert t["false_positives"] <= 5, t["false"]
     guide = (ROOT / "book" / "appendix" / "grading.md").read_text()
     assert f"| held-out | {t['hand_found']} / {t['hand']} " in guide
     assert f"| {t['false_positives']} / {t['independent']} " in guide
@@ -962,7 +964,7 @@ def _same_results(assignment, cells, replaced, exact=True):
     assert all(same(a, b) for a, b in zip(*got)), "the disguise changed what the function computes"
 
 
-def _flagged_with_the_solution(assignment, rewrite, tmp_path, exact=True):
+def _flagged_with_the_solution(assignment, rewrite, tmp_path, exact=True, sources=("solution",)):
     """The worked solution's notebook with the graded function's cell rewritten: it computes what the solution
     computes (``_same_results``), and copy detection flags that function with the solution as its source."""
     import nbformat
@@ -986,7 +988,7 @@ def _flagged_with_the_solution(assignment, rewrite, tmp_path, exact=True):
     units = sim.submission_units("student", folder, graded, sim.instructor_cells(notebooks))
     analysis = sim.analyse({"student": units}, refs, graded, sim.release_cells(notebooks))
     match = analysis.matches[("student", name)]
-    assert match.flagged and match.source.kind == "solution", match.similarity
+    assert match.flagged and match.source.kind in sources, match.similarity
 
 
 @pytest.mark.parametrize("how", ROUND_35)
@@ -1097,6 +1099,34 @@ def test_the_copies_of_later_red_team_rounds_are_flagged_with_their_source(path,
     assert len(REDTEAM_43) >= 1
     assignment = path.stem.split("-")[0]
     _flagged_with_the_solution(assignment, lambda text: path.read_text(), tmp_path, exact=False)
+
+
+REDTEAM_44 = sorted((ROOT / "grader" / "fixtures" / "redteam44").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", REDTEAM_44, ids=lambda p: p.stem)
+def test_the_copies_of_red_team_round_44_are_flagged_with_their_source(path, tmp_path):
+    """Round 44 pasted the worked solution (or tfmlib's code) of exercises 2, 3, 4 and 7 with the mask given an
+    all-True default in the body and its guards dropped (similarity 0.00), the scale written with ``math.pow``, the
+    keys transposed before they are sliced, ``q.new_full``/``new_zeros``, ``torch.fmax``, ``.max(...).values`` or
+    the last block's end clamped: full marks unflagged on both paths.  Its ten single-cell copies (grader/fixtures/
+    redteam44) each compute what the solution computes and are flagged with the solution or tfmlib as source."""
+    assert len(REDTEAM_44) == 10
+    assignment = path.stem.split("-")[0]
+    _flagged_with_the_solution(assignment, lambda text: path.read_text(), tmp_path, exact=False,
+                               sources=("solution", "tfmlib"))
+
+
+def test_a_default_given_in_the_body_reads_as_the_guards_it_replaces():
+    """``if mask is None: mask = <all True>`` with the masking unguarded, and the masking under ``if mask is not
+    None:`` guards, are one program to copy detection; so are ``<default> if p is None else p`` and ``p``."""
+    guarded = ("def f(s, mask=None):\n    if mask is not None:\n        s = s.masked_fill(~mask, 0.0)\n"
+               "    return s.softmax(-1)\n")
+    defaulted = ("def f(s, mask=None):\n    if mask is None:\n        mask = torch.ones((), dtype=torch.bool)\n"
+                 "    s = s.masked_fill(~mask, 0.0)\n    return s.softmax(-1)\n")
+    assert sim.normalise(guarded) == sim.normalise(defaulted)
+    inline = "def f(s, p=None):\n    q = P0 if p is None else p\n    return s * q['a']\n"
+    assert sim.normalise(inline) == sim.normalise("def f(s, p=None):\n    return s * p['a']\n")
 
 
 def _long_helper(blocks: int, per_block: int) -> str:
