@@ -803,6 +803,15 @@ class Spellings(ast.NodeTransformer):
                 and isinstance(args[0].value, ast.Attribute) and args[0].value.attr == "shape" \
                 and ast.dump(args[0].value.value) == ast.dump(obj) and _const(args[1], 1):
             return self.visit_Call(ast.Call(ast.Attribute(obj, "unsqueeze", ast.Load()), [ast.Constant(-1)], []))
+        if fn in ("all", "any") and isinstance(obj, ast.UnaryOp) and isinstance(obj.op, ast.Invert):
+            other = "any" if fn == "all" else "all"  # (~m).all(d) is ~m.any(d) (round 46)
+            return ast.UnaryOp(ast.Invert(), self.visit_Call(ast.Call(ast.Attribute(obj.operand, other, ast.Load()),
+                                                                      args, kw)))
+        if fn == "flatten" and len(args) == 1 and not kw and isinstance(args[0], ast.Constant) \
+                and type(args[0].value) is int and 0 <= args[0].value <= 8:
+            sizes = [ast.Subscript(ast.Attribute(obj, "shape", ast.Load()), ast.Constant(i), ast.Load())
+                     for i in range(args[0].value)] + [ast.UnaryOp(ast.USub(), ast.Constant(1))]
+            return self.visit_Call(ast.Call(ast.Attribute(obj, "reshape", ast.Load()), sizes, []))  # flatten(2)
         if fn in ("nansum", "nanmean"):            # the same sum where nothing is NaN
             node = ast.Call(ast.Attribute(obj, fn[3:], ast.Load()), args, kw)
             return self.visit_Call(node)
@@ -896,6 +905,9 @@ class Sizes(ast.NodeTransformer):
     def generic_visit(self, node):
         if isinstance(node, ast.expr) and self._size(node) is True:
             return ast.Name("SIZE", ast.Load())
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "view", "reshape"):       # view(b, t, h, -1): the size left is one like any other (round 46)
+            node.args = [ast.Name("SIZE", ast.Load()) if _neg_const(a, 1) else a for a in node.args]
         return super().generic_visit(node)
 
     def visit(self, node):

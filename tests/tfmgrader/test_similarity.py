@@ -345,8 +345,10 @@ def test_canonical_form_of_the_usual_disguises():
                 "    return (q * q.shape[-1] ** -0.5).reshape(q.shape[0], q.shape[1], q.shape[2] * q.shape[3])\n") == \
         norm("def f(x, w, h):\n    b, t, d = x.size(0), x.size(1), x.size(2)\n    q = (x @ w).view(b, t, h, d // h)\n"
              "    return (q / (d // h) ** 0.5).reshape(b, t, h * (d // h))\n")
-    # what is computed differently stays different
-    assert norm("def f(x, n):\n    return x.view(x.shape[0], -1)\n") != norm("def f(x, n):\n    return x.view(-1, x.shape[0])\n")
+    # what is computed differently stays different (which size goes where does not: a -1 is a size like the others
+    # since round 46, as x.shape[0] and x.shape[1] were already one SIZE)
+    assert norm("def f(x, n):\n    return x.view(x.shape[0], -1)\n") != \
+        norm("def f(x, n):\n    return x.view(x.shape[0], -1, 1)\n")
     assert norm("def f(x, m):\n    y = x\n    if m:\n        y = y + 1\n    return y\n") != \
         norm("def f(x, m):\n    return x + 1\n")
     assert norm("def f(x):\n    return x.view(2, -1)\n") != norm("def f(x):\n    return x.reshape(2, -1)\n")
@@ -1127,6 +1129,20 @@ def test_a_default_given_in_the_body_reads_as_the_guards_it_replaces():
     assert sim.normalise(guarded) == sim.normalise(defaulted)
     inline = "def f(s, p=None):\n    q = P0 if p is None else p\n    return s * q['a']\n"
     assert sim.normalise(inline) == sim.normalise("def f(s, p=None):\n    return s * p['a']\n")
+
+
+@pytest.mark.parametrize("solution, copy", [
+    ("    return x.view(b, t, h, d // h).transpose(1, 2)\n", "    return x.view(b, t, h, -1).transpose(1, 2)\n"),
+    ("    return x.transpose(1, 2).reshape(b, t, h * d)\n", "    return x.transpose(1, 2).flatten(2)\n"),
+    ("    return x.masked_fill(~m.any(dim=-1, keepdim=True), 0.0)\n",
+     "    return x.masked_fill((~m).all(dim=-1, keepdim=True), 0.0)\n"),
+], ids=["view-minus-one", "flatten", "de-morgan"])
+def test_the_spellings_of_red_team_round_46_are_read_as_one(solution, copy):
+    """Round 46 pasted exercise 2's, 3's and 4's worked solutions with ``(~mask).all`` for ``~mask.any`` (beside the
+    weights times the mask for the masked fill with zero, left open), ``view(b, t, h, -1)`` and ``flatten(2)`` in the
+    helpers (0.60 to 0.77, unflagged on both paths): each pair is one program to copy detection."""
+    head = "def f(x, m, h):\n    b, t, d = x.shape[0], x.shape[1], x.shape[-1]\n"
+    assert sim.normalise(head + solution) == sim.normalise(head + copy)
 
 
 def _long_helper(blocks: int, per_block: int) -> str:
