@@ -363,19 +363,20 @@ def test_the_allocator_counts_every_type_and_every_piece_kept_since_the_baseline
     size, under the memory-held limit.  The C allocator's count (``allocated_bytes``) sees data of any type at its
     size, however many pieces it is in (a list of half-precision blocks, no one tensor large), made during the call
     or before it (a buffer of bytes made when the cell ran); what a call frees is not charged."""
-    if check._allocated() < 0:
-        pytest.skip("no glibc: the allocator's count is checked only when graded")
-    q, k = torch.randn(512, 4, dtype=torch.float64), torch.randn(4096, 4, dtype=torch.float64)
-    full = 512 * 4096
+    q, k = torch.randn(2048, 4, dtype=torch.float64), torch.randn(8192, 4, dtype=torch.float64)
+    full = 2048 * 8192
 
     def kept_blocks(q, k):
-        return [(q @ k[i:i + 64].T).half() for i in range(0, 4096, 64)]
+        return [(q @ k[i:i + 64].T).half() for i in range(0, 8192, 64)]
 
     def blocks_only(q, k):
-        return float(sum((q @ k[i:i + 64].T).exp().sum() for i in range(0, 4096, 64)))
+        return float(sum((q @ k[i:i + 64].T).exp().sum() for i in range(0, 8192, 64)))
 
+    blocks_only(q, k)               # PyTorch's first calls allocate caches of their own: before the baseline
     check.memory_baseline()
     kept, used = check.peak_memory(kept_blocks, q, k)
+    if used["allocated_bytes"] < 0:
+        pytest.skip("no glibc: the allocator's count is checked only when graded")
     assert used["numel"] <= 512 * 64 * 4 and used["allocated_bytes"] >= full * 2, used
     del kept
     _, used = check.peak_memory(blocks_only, q, k)
