@@ -764,11 +764,10 @@ def memory_baseline():
     In the grader's replay it does nothing: the kernel's measurements are in its record, and the grader's own
     process keeps glibc's usual allocator (served from its own mappings, every large temporary of the replay's
     references cost a fresh mapping and its page faults: about a second per exercise-7 notebook)."""
-    global _BASELINE
+    global _BASELINE, _ALLOCATED_BASE
     if _MODE is not None and _MODE.replaying:
         return
     _malloc_gives_back_large_blocks()
-    global _ALLOCATED_BASE
     _BASELINE, _ALLOCATED_BASE = (_resident(), _cell_number()), _allocated()
 
 

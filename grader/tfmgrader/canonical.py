@@ -218,6 +218,10 @@ def _full_slice(e) -> bool:
     return isinstance(e, ast.Slice) and e.lower is None and e.upper is None and e.step is None
 
 
+def _is_ellipsis(node) -> bool:
+    return isinstance(node, ast.Constant) and node.value is Ellipsis
+
+
 def _unsqueeze_dim(index) -> int | None:
     """The dimension a subscript with one ``None`` adds (``[:, None]`` -> 1, ``[..., None]`` -> -1,
     ``[..., None, :]`` -> -2, ``[None]`` -> 0); None for any other subscript."""
@@ -229,7 +233,7 @@ def _unsqueeze_dim(index) -> int | None:
     rest = elts[:i] + elts[i + 1:]
     if all(_full_slice(e) for e in rest):
         return i                                  # [:, :, None] (trailing full slices already trimmed)
-    if isinstance(elts[0], ast.Constant) and elts[0].value is Ellipsis and i > 0 \
+    if _is_ellipsis(elts[0]) and i > 0 \
             and all(_full_slice(e) for e in elts[1:i] + elts[i + 1:]):
         return i - len(elts)                      # [..., None], [..., :, None]: -1; [..., None, :]: -2
     return None
@@ -412,11 +416,14 @@ def _reduced_over(node: ast.expr, method: str) -> tuple[ast.expr, str] | None:
     return None
 
 
+def _is_dim(node: ast.expr) -> bool:
+    """A dimension written as a number, before or after the spellings made it ``DIM`` (``_int_like``)."""
+    return _int_like(node) or isinstance(node, ast.Name) and node.id == "DIM"
+
+
 def _same_dim(a: ast.expr, b: ast.expr) -> bool:
-    """The same dimension as far as the spellings tell (a number is ``DIM`` to them, see ``_int_like``)."""
-    def number(n):
-        return _int_like(n) or isinstance(n, ast.Name) and n.id == "DIM"
-    return ast.dump(a) == ast.dump(b) or number(a) and number(b)
+    """The same dimension as far as the spellings tell (every number is ``DIM`` to them)."""
+    return ast.dump(a) == ast.dump(b) or _is_dim(a) and _is_dim(b)
 
 
 def _extreme_values(node: ast.expr) -> ast.expr | None:
@@ -424,15 +431,9 @@ def _extreme_values(node: ast.expr) -> ast.expr | None:
     ``x.amax(d, ...)`` / ``x.amin(d, ...)``; None for anything else (``torch.max(a, b)`` of two tensors among them,
     which ``Spellings`` has made ``a.max(b)``: its argument is not a dimension)."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("max", "min") \
-            and len(node.args) == 1 and (_int_like(node.args[0]) or isinstance(node.args[0], ast.Name)
-                                         and node.args[0].id == "DIM") \
-            and all(k.arg == "keepdim" for k in node.keywords):
+            and len(node.args) == 1 and _is_dim(node.args[0]) and all(k.arg == "keepdim" for k in node.keywords):
         return ast.Call(ast.Attribute(node.func.value, "a" + node.func.attr, ast.Load()), node.args, node.keywords)
     return None
-
-
-def _is_ellipsis(node) -> bool:
-    return isinstance(node, ast.Constant) and node.value is Ellipsis
 
 
 def _sliced_before_transposing(node: ast.Subscript) -> ast.expr | None:
@@ -442,9 +443,8 @@ def _sliced_before_transposing(node: ast.Subscript) -> ast.expr | None:
             and isinstance(node.slice, ast.Tuple)):
         return None
     e = node.slice.elts
-    full = len(e) == 3 and isinstance(e[2], ast.Slice) and e[2].lower is None and e[2].upper is None \
-        and e[2].step is None
-    if not (len(e) in (2, 3) and _is_ellipsis(e[0]) and isinstance(e[1], ast.Slice) and (len(e) == 2 or full)):
+    if not (len(e) in (2, 3) and _is_ellipsis(e[0]) and isinstance(e[1], ast.Slice)
+            and (len(e) == 2 or _full_slice(e[2]))):
         return None
     index = [e[0], e[1]] + ([ast.Slice()] if len(e) == 2 else [])
     return ast.Attribute(ast.Subscript(node.value.value, ast.Tuple(index, ast.Load()), ast.Load()), "mT",
@@ -452,27 +452,14 @@ def _sliced_before_transposing(node: ast.Subscript) -> ast.expr | None:
 
 
 def _keepdim_restored(node: ast.expr, dim: ast.expr) -> ast.expr | None:
-    """``x.sum(d)`` (or another reduction of ``KEEPDIM_SECOND``, ``x.max(d).values``, ``x.max(d)[0]``) whose
-    dimension ``unsqueeze(d)`` puts back: the reduction with ``keepdim=True`` (round 43); None otherwise."""
-    reduced, pick = node, None
-    if isinstance(node, ast.Attribute) and node.attr in ("values",) or \
-            isinstance(node, ast.Subscript) and _const(node.slice, 0):
-        reduced, pick = node.value, node
-    if not (isinstance(reduced, ast.Call) and isinstance(reduced.func, ast.Attribute) and len(reduced.args) == 1
-            and not reduced.keywords and _same_dim(reduced.args[0], dim)
-            and reduced.func.attr in (("max", "min") if pick is not None else KEEPDIM_SECOND)):
+    """``x.sum(d)`` (or another reduction of ``KEEPDIM_SECOND``; ``x.max(d).values`` is ``x.amax(d)`` by then,
+    ``_extreme_values``) whose dimension ``unsqueeze(d)`` puts back: the reduction with ``keepdim=True`` (round
+    43); None otherwise."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and len(node.args) == 1
+            and not node.keywords and _same_dim(node.args[0], dim) and node.func.attr in KEEPDIM_SECOND):
         return None
-    reduced.keywords = [ast.keyword("keepdim", ast.Constant(True))]
-    return pick if pick is not None else reduced
-
-
-def _row_max(node: ast.expr) -> tuple[ast.expr, str] | None:
-    """``x.amax(dim, keepdim=True)``, ``x.max(dim, keepdim=True).values`` or ``...[0]`` -> ``(x, dump of dim)``."""
-    if isinstance(node, ast.Attribute) and node.attr == "values":
-        return _reduced_over(node.value, "max")
-    if isinstance(node, ast.Subscript) and _const(node.slice, 0):
-        return _reduced_over(node.value, "max")
-    return _reduced_over(node, "amax")
+    node.keywords = [ast.keyword("keepdim", ast.Constant(True))]
+    return node
 
 
 def _method(node: ast.expr, name: str, n_args: int = 0) -> ast.expr | None:
@@ -530,7 +517,7 @@ def _softmax_written_out(node: ast.BinOp) -> ast.expr | None:
         return None
     x = e.func.value
     if isinstance(x, ast.BinOp) and isinstance(x.op, ast.Sub):
-        peak = _row_max(x.right)
+        peak = _reduced_over(x.right, "amax")   # x.max(dim).values: amax by then (_extreme_values)
         if peak is not None and peak[1] == total[1] and ast.dump(peak[0]) == ast.dump(x.left):
             x = x.left
     dim = node.right.args[0]
@@ -665,7 +652,7 @@ class Spellings(ast.NodeTransformer):
             return ast.Call(ast.Attribute(node.value, "squeeze", ast.Load()), [ast.Constant(-1)], [])  # x[..., 0]
         s = node.slice
         if isinstance(s, ast.Tuple) and len(s.elts) > 1 and not any(   # x[..., a:b, :] is not x[..., a:b]
-                isinstance(e, ast.Constant) and e.value is Ellipsis for e in s.elts):
+                _is_ellipsis(e) for e in s.elts):
             elts = list(s.elts)
             while len(elts) > 1 and isinstance(elts[-1], ast.Slice) and elts[-1].lower is None \
                     and elts[-1].upper is None and elts[-1].step is None:
